@@ -14,7 +14,7 @@ import sys
 import pyarrow as pa
 
 from ..errors import InputError, clipped, one_line, opt
-from .rejects import Reason, RejectCode, too_large
+from .rejects import Reason, RejectCode, shown_text, too_large
 from . import arrowexit
 from .base import HEAD_BYTES, RawBatch, utf8_error_at
 from .kept import convert_cells, infer_cell_type, quoted, written_cells
@@ -479,7 +479,7 @@ class CsvReader(TextReader):
         for k, v in enumerate(b.ids or ()):  # a UTF-8 id is decoded as the chunk is validated (chunks.id_value)
             at = utf8_error_at(bytes(v)) if isinstance(v, (bytes, bytearray)) else -1
             if at >= 0:
-                b.ids[k] = bytes(v).decode("utf-8", errors="replace")  # as the rejects file shows it
+                b.ids[k] = shown_text(v)  # as the rejects file shows it
                 b.pre_rejected.setdefault(b.rows[k], Reason(RejectCode.ENCODING,
                                                             f"invalid UTF-8 at byte {at} of the id"))
         if b.extra is None or not self._kept_types:

@@ -16,6 +16,7 @@ rows stream in (one parse: the same rule), and the output's type comes from the 
 
 from __future__ import annotations
 
+import codecs
 import io
 import json
 import math
@@ -360,15 +361,24 @@ class JsonlReader(TextReader):
         return reason
 
     def _readable(self, line: bytes, codec: str) -> dict | None:
-        """The object of a line that is not valid in the encoding, its bad bytes replaced (for the id and the kept
-        values in the rejects file), if the rest of it is readable; else None."""
+        """The object of a line that is not valid in the encoding, each bad byte inside a string as the text \\xNN (the
+        id and the kept values in the rejects file, as a CSV cell's show), if the rest of it is readable; else None."""
         if self.id_column is None and not self.keep:
             return None
         try:
-            obj = _loads(line.decode(codec, errors="replace"))
+            obj = _loads(line.decode(codec, errors=_JSON_HEX))
         except (ValueError, RecursionError):
             return None
         return obj if isinstance(obj, dict) else None
+
+
+def _json_hex(e: UnicodeDecodeError) -> tuple[str, int]:
+    """A byte the line's encoding cannot read as JSON's escaped backslash and xNN: inside a string it reads as \\xNN."""
+    return "".join(f"\\\\x{b:02x}" for b in e.object[e.start:e.end]), e.end
+
+
+_JSON_HEX = "bertfeat.json-hex"
+codecs.register_error(_JSON_HEX, _json_hex)
 
 
 class _Repeated(dict):

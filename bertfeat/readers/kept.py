@@ -31,7 +31,7 @@ import numpy as np
 import pyarrow as pa
 
 from ..errors import InputError, clipped, one_line, opt
-from .rejects import Reason, RejectCode, bytes_text, cell
+from .rejects import Reason, RejectCode, bytes_text, cell, shown_text
 from .textcheck import surrogate_reason
 
 # ASCII digits only (re.ASCII): Python's int() and float() also read other scripts' digits (Arabic-Indic "١٢" as 12),
@@ -125,7 +125,7 @@ def convert_cells(column: str, values: list, typ: pa.DataType, given: bool = Fal
             try:
                 values[k] = v = bytes(v).decode("utf-8")
             except UnicodeDecodeError as e:
-                values[k] = bytes(v).decode("utf-8", errors="replace")
+                values[k] = shown_text(v)
                 bad[k] = Reason(RejectCode.ENCODING, f"invalid UTF-8 at byte {e.start} of the kept column {column!r}")
                 continue
         if v is None or name == "string":
@@ -183,7 +183,7 @@ def written_cells(cells: list, values: list) -> dict:
     input wrote it."""
     out = {}
     for k, (raw, value) in enumerate(zip(cells, values)):
-        raw = bytes(raw).decode("utf-8", errors="replace") if isinstance(raw, (bytes, bytearray)) else raw
+        raw = shown_text(raw) if isinstance(raw, (bytes, bytearray)) else raw
         if raw is not None and cell(value) != cell(raw):
             out[k] = raw
     return out
@@ -406,7 +406,7 @@ def cast_values(column: str, values, typ: pa.DataType) -> tuple[list, dict[int, 
         try:
             out.append(one.cast(typ)[0].as_py())
         except (pa.ArrowException, UnicodeDecodeError) as e:
-            text = one.cast(pa.large_binary())[0].as_py().decode("utf-8", "replace") if _textual(one.type) else str(one[0])
+            text = shown_text(one.cast(pa.large_binary())[0].as_py()) if _textual(one.type) else str(one[0])
             out.append(text)
             bad[k] = Reason(RejectCode.BAD_KEPT_VALUE, f"kept column {column!r}: {quoted(text)} is not {_WORDS[str(typ)][0]} "
                                                        f"{_whose(str(typ), True)} ({one_line(e, 80)})")
@@ -423,7 +423,7 @@ def _in_range(column: str, values, cast: list) -> tuple[list, dict[int, Reason]]
     texts = values.cast(pa.large_binary()).to_pylist()
     bad = {}
     for k in suspects:
-        text = texts[k].decode("utf-8", "replace")
+        text = shown_text(texts[k])
         why = float_problem(column, text, cast[k], given=True)
         if why is not None:
             cast[k], bad[k] = text, Reason(RejectCode.BAD_KEPT_VALUE, why)

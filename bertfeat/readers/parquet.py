@@ -12,7 +12,7 @@ import numpy as np
 import pyarrow as pa
 
 from ..errors import InputError, one_line, opt
-from .rejects import Reason, RejectCode, too_large
+from .rejects import Reason, RejectCode, shown_text, too_large
 from .base import MIN_PART_ROWS, Partition, RawBatch, Reader, listing, standard_input, stdin_read_error, utf8_error_at
 from .kept import (cast_values, check_cast, duplicate_field, python_values, shortest_floats, shown_values, storage,
                    written_cells)
@@ -213,7 +213,7 @@ class ParquetReader(Reader):
                  (self.id_column, rb.ids, "id"), *((c, (rb.extra or {}).get(c), f"kept column {c!r}") for c in self.keep)]
         for c, values, what in named:
             for k, at in unchecked.get(c, {}).items():
-                values[k] = values[k].decode("utf-8", errors="replace")  # as the rejects file shows it
+                values[k] = shown_text(values[k])  # as the rejects file shows it
                 if rows[k] not in rb.pre_rejected:
                     rb.pre_rejected[rows[k]] = Reason(RejectCode.ENCODING, f"invalid UTF-8 at byte {at} of the {what} "
                                                                            "(a Parquet string column its writer did not check)")

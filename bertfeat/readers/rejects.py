@@ -62,8 +62,7 @@ def reject(row: int, ident, reason: Reason, kept: dict | None = None) -> dict:
     shown = bytes_text(ident) if isinstance(ident, (bytes, bytearray)) else _writable(_plain_id(ident))
     r = {"row": row, "id": shown, "reason": _writable(reason.text), "code": reason.code.value}
     if kept is not None:
-        r["keep"] = {c: bytes(v).decode("utf-8", errors="replace") if isinstance(v, (bytes, bytearray)) else _writable(v)
-                     for c, v in kept.items()}
+        r["keep"] = {c: shown_text(v) if isinstance(v, (bytes, bytearray)) else _writable(v) for c, v in kept.items()}
     return r
 
 
@@ -200,6 +199,12 @@ def _csv_line(fields: list[str | None]) -> str:
         return v
 
     return ",".join(field(v) for v in fields) + "\r\n"
+
+
+def shown_text(v: bytes) -> str:
+    """A text value's bytes as the rejects file (and a message) shows them: UTF-8 as it is, a byte that is not UTF-8 as
+    \\xNN (replaced by U+FFFD, the byte was lost to whoever fixes the row)."""
+    return bytes(v).decode("utf-8", errors="backslashreplace")
 
 
 def bytes_text(v: bytes) -> str:

@@ -1346,3 +1346,23 @@ def test_digits_of_other_scripts_are_not_numbers(tmp_path, capsys):
         ["1", "b", "kept column 'i': \"١٢\" is not an integer (the type given in --keep: int)", "١٢", "2", "٣"],
         ["2", "c", "kept column 'f': \"١.٥\" is not a number (the type given in --keep: float)", "3", "١.٥", "٤"]]
     assert pq.read_table(out).select(["i", "f", "t"]).to_pylist() == [{"i": 7, "f": 1.5, "t": "١٢"}]
+
+
+def test_the_rejects_file_shows_a_byte_that_is_not_utf8_as_xNN(tmp_path, capsys):
+    """A kept value or id holding a byte that is not valid UTF-8 (or not valid in --encoding) was written to the rejects
+    file as U+FFFD: the byte was lost to whoever fixes the row. Now as \\xNN on every reader, as a binary value's are."""
+    (tmp_path / "c.csv").write_bytes(b"id,text,k\na,hello,1\nb\xfe,world,\xff2\n")
+    (tmp_path / "j.jsonl").write_bytes(b'{"id": "a", "text": "hello", "k": "1"}\n{"id": "b\xfe", "text": "world", "k": "\xff2"}\n')
+    (tmp_path / "w.jsonl").write_bytes(b'{"id": "a", "text": "hello", "k": "1"}\n{"id": "b", "text": "world", "k": "a\x81b"}\n')
+    bad = pa.array([b"1", b"\xff2"], pa.binary()).view(pa.string())  # a writer that did not check its UTF-8
+    pq.write_table(pa.table({"id": pa.array(["a", "b"]), "text": ["hello", "world"], "k": bad}), tmp_path / "p.parquet")
+    cases = {"c.csv": ("b\\xfe", "\\xff2", []), "j.jsonl": ("b\\xfe", "\\xff2", []),
+             "w.jsonl": ("b", "a\\x81b", ["--encoding", "cp1252"]), "p.parquet": ("b", "\\xff2", [])}
+    for name, (ident, kept, more) in cases.items():
+        out = tmp_path / f"{name}.out.parquet"
+        rc, _, err = run(capsys, "extract", tmp_path / name, "-o", out, "--model", tiny_model(), "--id-column", "id",
+                         "--keep", "k:str", "--on-bad-row", "skip", "-q", *more)
+        assert rc == 0, (name, err)
+        (header, row) = read_rejects(Path(f"{out}.rejects.csv"))
+        assert (row[0], row[1], row[3]) == ("1", ident, kept), (name, row)
+        assert "\ufffd" not in row[2], (name, row)

@@ -451,8 +451,8 @@ def test_parquet_string_column_with_invalid_utf8_is_a_bad_row(tmp_path, capsys):
     assert read_table(out).column("id").to_pylist() == ["a"]
     why = "(a Parquet string column its writer did not check)"
     assert _rejects(out) == [["1", "b", f"invalid UTF-8 at byte 0 of the text {why}", "2"],
-                             ["2", "\ufffdc", f"invalid UTF-8 at byte 0 of the id {why}", "3"],
-                             ["3", "d", f"invalid UTF-8 at byte 0 of the kept column 'lab' {why}", "\ufffd"]]
+                             ["2", "\\xffc", f"invalid UTF-8 at byte 0 of the id {why}", "3"],
+                             ["3", "d", f"invalid UTF-8 at byte 0 of the kept column 'lab' {why}", "\\xfe"]]
 
 
 def test_ids_that_are_not_utf8(tmp_path, capsys):
@@ -463,7 +463,7 @@ def test_ids_that_are_not_utf8(tmp_path, capsys):
     out = tmp_path / "o.parquet"
     assert extract(capsys, src, out, "--id-column", "id", "--on-bad-row", "skip")[0] == 0
     assert read_table(out).column("id").to_pylist() == ["2"]
-    assert _rejects(out) == [["0", "\ufffd1", "invalid UTF-8 at byte 0 of the id"]]
+    assert _rejects(out) == [["0", "\\xff1", "invalid UTF-8 at byte 0 of the id"]]
     src = tmp_path / "bin.parquet"
     pq.write_table(pa.table({"bid": pa.array([b"\xff1", b"ok"], pa.binary()), "text": ["a", "b"]}), src)
     out = tmp_path / "b.parquet"
