@@ -287,6 +287,14 @@ class CsvReader(TextReader):
         try:
             reader = self._open_csv(gate, block, on_invalid, wanted)
             yield from self._parse_batches(reader, gate, counter, block, skipped, tracker, transcoder, mend)
+        except InputError:
+            failure = counter.decompressing.failure if counter.decompressing is not None else None
+            if failure is None:
+                raise
+            # pyarrow said the decompressor's failure as a parse error ("cannot parse as CSV (Truncated compressed
+            # stream)"): said as the head's read says it
+            raise InputError(f"{self.name}: cannot read the file ({one_line(failure)})",
+                             "check the file is complete and its compression") from None
         finally:
             gate.close()
             arrowexit.released(gate, on_invalid)  # pyarrow's I/O thread may hold them a moment longer (arrowexit.py)

@@ -15,6 +15,7 @@ class CountingReader(io.RawIOBase):
         self._fh = fh
         self.count = 0
         self.sizes = None  # (file bytes, decompressed bytes) when the file says (gzip_sizes)
+        self.decompressing: NativeRaw | None = None  # the decompressor reading from it, if any (its ``failure``)
 
     def readable(self):
         return True
@@ -123,16 +124,22 @@ class Prefixed(io.RawIOBase):
 
 
 class NativeRaw(io.RawIOBase):
-    """A pyarrow input stream (e.g. decompressing) as a Python raw binary stream."""
+    """A pyarrow input stream (e.g. decompressing) as a Python raw binary stream. A read that fails (a truncated or
+    damaged compressed file) is kept in ``failure``: pyarrow's CSV reader, reading through it, says it as a parse error."""
 
     def __init__(self, native):
         self._native = native
+        self.failure: BaseException | None = None
 
     def readable(self):
         return True
 
     def readinto(self, b):
-        data = self._native.read(len(b))
+        try:
+            data = self._native.read(len(b))
+        except Exception as e:
+            self.failure = e
+            raise
         b[: len(data)] = data
         return len(data)
 

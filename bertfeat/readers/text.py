@@ -161,7 +161,8 @@ class TextReader(Reader):
         if self.compression is None:
             return io.BufferedReader(counter, buffer_size=1 << 20), counter
         native = pa.CompressedInputStream(pa.PythonFile(io.BufferedReader(counter, buffer_size=1 << 20), mode="r"), self.compression)
-        return io.BufferedReader(NativeRaw(native), buffer_size=1 << 20), counter
+        counter.decompressing = NativeRaw(native)
+        return io.BufferedReader(counter.decompressing, buffer_size=1 << 20), counter
 
     def batches(self):
         yield from self._parse_from(self._open_binary, self.path != "-")

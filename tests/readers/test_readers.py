@@ -1207,3 +1207,22 @@ def test_text_after_a_closing_quote_is_a_bad_row_at_every_offset(tmp_path, monke
     parts = reader.partitions(blocksize=512, target=64)
     assert len(parts) >= 8
     assert rows_by_partitions(reader, parts) == rows_of(reader)
+
+
+@pytest.mark.parametrize("fmt", ["csv", "tsv", "jsonl"])
+@pytest.mark.parametrize("suffix, compress", [(".gz", gzip.compress), (".bz2", bz2.compress)])
+def test_a_compressed_file_cut_short_past_its_head_says_so(tmp_path, fmt, suffix, compress):
+    """A compressed CSV / TSV cut short after the head read to find its columns: pyarrow's CSV reader met the
+    truncated stream and it was said as a parse error ("cannot parse as CSV (Truncated compressed stream) - check the
+    file format, --input-format and --encoding"); now as a cut short in the head is (and as JSONL always said)."""
+    rows = [f"sentence {i} of a file long enough to pass its head, {i * 7919 % 10007}" for i in range(60000)]
+    text = ("".join(json.dumps({"text": r}) + "\n" for r in rows) if fmt == "jsonl"
+            else "text\n" + "".join(r.replace(",", "") + "\n" for r in rows))
+    whole = compress(text.encode())
+    src = tmp_path / f"long.{fmt}{suffix}"
+    src.write_bytes(whole[: len(whole) * 3 // 4])
+    with pytest.raises(InputError) as e:
+        for _ in open_input(str(src)).batches():
+            pass
+    assert re.fullmatch(rf"{re.escape(str(src))}( near row \d+)?: cannot read the file \(.+\)", e.value.what), e.value.what
+    assert e.value.fix == "check the file is complete and its compression"
