@@ -462,7 +462,7 @@ class LineMender(io.RawIOBase):
         self._records = {r + 1 for r in rows}  # record 0 is the header
         self._last = max(self._records)
         self._counter = QuoteTracker(None, delimiter, quoting=quoting)
-        # a byte the encoding could not read: raw in UTF-8 input, a U+DC80..U+DCFF escape after our transcoder
+        # a byte the encoding could not read: raw in UTF-8 input, a U+DC00..U+DCFF escape after our transcoder
         self._decoders = {r: codecs.getincrementaldecoder("utf-8")("surrogatepass" if escaped else "surrogateescape")
                           for r in self._records}
         self.invalid: dict[int, int] = {}  # data row -> its line's first byte that is not valid in the encoding
@@ -496,7 +496,7 @@ class LineMender(io.RawIOBase):
         if decoder is None:
             return
         text = decoder.decode(data, final)
-        bad = next((ch for ch in text if "\udc80" <= ch <= "\udcff"), None)
+        bad = next((ch for ch in text if "\udc00" <= ch <= "\udcff"), None)
         if bad is not None:
             self.invalid[record - 1] = ord(bad) - 0xDC00
             del self._decoders[record]

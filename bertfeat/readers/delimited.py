@@ -110,6 +110,19 @@ class CsvReader(TextReader):
                              "check it is a CSV / TSV file with a header line, or keep the columns you need (with cut, "
                              "or as Parquet, whose columns are read apart)")
 
+    def _header_line(self, head: bytes) -> bytes:
+        """The head's first line that is not blank, with its line end (UTF-16 / UTF-32: cut at an encoded line feed on
+        a code unit, not at a 0x0a byte, which cut a code unit in half)."""
+        wide = wide_line_codec(self.encoding, head)
+        if wide is not None:
+            lines, rest = split_wide_lines(head, *wide)
+            blank = "\ufeff \t\r\n"
+            return next((b"".join(lines[:i + 1]) for i, line in enumerate(lines)
+                         if line.decode(wide[0], errors="replace").strip(blank)), head)
+        start = len(head) - len(head.lstrip(b"\r\n"))
+        end = min((i for i in (head.find(b"\n", start), head.find(b"\r", start)) if i >= 0), default=-1)
+        return head if end < 0 else head[:end + 1]
+
     def _header_names(self, data: bytes) -> list[str]:
         import pyarrow.csv as pcsv
 
@@ -150,10 +163,8 @@ class CsvReader(TextReader):
             cols = self._header_names(head)
         except (pa.ArrowException, ValueError):
             # the data rows of the head may be what fails (a malformed line with invalid bytes): the header line alone
-            start = len(head) - len(head.lstrip(b"\r\n"))
-            end = min((i for i in (head.find(b"\n", start), head.find(b"\r", start)) if i >= 0), default=-1)
             try:
-                cols = self._header_names(head if end < 0 else head[:end + 1])
+                cols = self._header_names(self._header_line(head))
             except UnicodeDecodeError as e:
                 try:  # the offset in the file: the header comes first, so the first undecodable byte is the header's
                     head.decode(self.encoding)
@@ -755,6 +766,20 @@ def _quiet_row_handler_errors():
         sys.unraisablehook = previous
 
 
+def _byte_escape(e: UnicodeDecodeError) -> tuple[str, int]:
+    """surrogateescape for every byte: a byte the encoding cannot read as U+DC00 + its value. (surrogateescape itself
+    takes only bytes from 0x80: UTF-16's lone surrogate 00 d8, or a last code unit cut in half, stopped the file.)"""
+    return "".join(chr(0xDC00 + b) for b in e.object[e.start:e.end]), e.end
+
+
+_BYTE_ESCAPE = "bertfeat.byte-escape"
+codecs.register_error(_BYTE_ESCAPE, _byte_escape)
+
+
+def _escaped_byte(ch: str) -> bool:
+    return "\udc00" <= ch <= "\udcff"
+
+
 class _Utf8Transcoder(io.RawIOBase):
     """A byte stream in ``encoding`` read as UTF-8, a byte that is not valid in the encoding written as an escape that
     is never valid UTF-8, so it reaches pyarrow inside one cell and makes only that row a bad row (``_unreadable``),
@@ -762,7 +787,7 @@ class _Utf8Transcoder(io.RawIOBase):
 
     def __init__(self, raw, encoding: str):
         self._raw = raw
-        self._decoder = codecs.getincrementaldecoder(encoding)(errors="surrogateescape")
+        self._decoder = codecs.getincrementaldecoder(encoding)(errors=_BYTE_ESCAPE)
         self._buf = b""
         self._eof = False
         self.escaped = False  # an escape was written: from then on the reader checks the cells (none: no cost)
@@ -774,10 +799,10 @@ class _Utf8Transcoder(io.RawIOBase):
         while not self._buf and not self._eof:
             data = self._raw.read(1 << 20)
             self._eof = not data
-            # a byte the encoding cannot read decodes to U+DC80..U+DCFF (surrogateescape) and is written as that
+            # a byte the encoding cannot read decodes to U+DC00..U+DCFF (_byte_escape) and is written as that
             # surrogate's 3 bytes (surrogatepass): never valid UTF-8, whatever bytes surround it
             self._buf = self._decoder.decode(data, final=self._eof).encode("utf-8", errors="surrogatepass")
-            if not self.escaped and (b"\xed\xb2" in self._buf or b"\xed\xb3" in self._buf):  # U+DC80..U+DCFF
+            if not self.escaped and any(lead in self._buf for lead in (b"\xed\xb0", b"\xed\xb1", b"\xed\xb2", b"\xed\xb3")):
                 self.escaped = True
         n = min(len(b), len(self._buf))
         b[:n] = self._buf[:n]
@@ -801,8 +826,8 @@ def _unreadable(value, what: str, encoding: str) -> tuple[Reason, str] | None:
         return None
     except UnicodeDecodeError:
         text = bytes(value).decode("utf-8", errors="surrogatepass")
-    escaped = [i for i, ch in enumerate(text) if "\udc80" <= ch <= "\udcff"]
-    shown = "".join(f"\\x{ord(ch) - 0xDC00:02x}" if "\udc80" <= ch <= "\udcff" else ch for ch in text)
+    escaped = [i for i, ch in enumerate(text) if _escaped_byte(ch)]
+    shown = "".join(f"\\x{ord(ch) - 0xDC00:02x}" if _escaped_byte(ch) else ch for ch in text)
     if not escaped:  # a surrogate the decoder itself made (utf-7, unicode_escape): not an unreadable byte
         return Reason(RejectCode.ENCODING, f"invalid {encoding} text in the {what} (an unpaired surrogate)"), shown
     at = escaped[0]

@@ -7,6 +7,7 @@ many block boundaries, with malformed lines before, on and after them.
 from __future__ import annotations
 
 import bz2
+import codecs
 import gzip
 import io
 import json
@@ -1226,3 +1227,34 @@ def test_a_compressed_file_cut_short_past_its_head_says_so(tmp_path, fmt, suffix
             pass
     assert re.fullmatch(rf"{re.escape(str(src))}( near row \d+)?: cannot read the file \(.+\)", e.value.what), e.value.what
     assert e.value.fix == "check the file is complete and its compression"
+
+
+def _utf16_with(rows: list[str], bad_row: int, cut_last: bool = False) -> bytes:
+    """A UTF-16 CSV (text, k) whose row ``bad_row`` holds a lone surrogate (00 d8: a byte below 0x80) in its text."""
+    body = b"".join(("a" if i != bad_row else "").encode("utf-16-le") + (b"\x00\xd8" if i == bad_row else b"")
+                    + f"{r},{i}\n".encode("utf-16-le") for i, r in enumerate(rows))
+    data = codecs.BOM_UTF16_LE + "text,k\n".encode("utf-16-le") + body
+    return data[:-1] if cut_last else data
+
+
+@pytest.mark.parametrize("n, bad", [(3, 0), (3000, 2998), (60000, 59990)])
+def test_a_utf16_code_unit_the_codec_cannot_read_is_a_bad_row(tmp_path, n, bad):
+    """A lone surrogate in a UTF-16 CSV stopped the run even with on_bad_row='skip': in the head as "header line:
+    invalid utf-16 at byte 30 - pass --encoding ... latin-1" (the fallback cut the header at a 0x0a byte, half a code
+    unit), past the first MiB as "cannot parse as CSV ('utf-16-le' codec can't decode ...)" (surrogateescape cannot
+    escape the byte 0x00). Now its row is a bad row, as a byte UTF-8 cannot read is, and JSONL's were."""
+    src = tmp_path / "s.csv"
+    src.write_bytes(_utf16_with([f"row {i}" for i in range(n)], bad))
+    got = rows_of(open_input(str(src), encoding="utf-16", keep=["k"]))
+    assert [r for r, _, _, why in got] == list(range(n))
+    rejected = [(r, why.code, why.text) for r, _, _, why in got if why is not None]
+    assert rejected == [(bad, RejectCode.ENCODING, "invalid utf-16: byte 0x00 at character 0 of the text")]
+    assert got[bad][1] == f"\\x00\\xd8row {bad}" and got[-1][1] == f"arow {n - 1}".encode()
+
+
+def test_a_utf16_file_cut_inside_its_last_code_unit_rejects_its_last_row(tmp_path):
+    src = tmp_path / "c.csv"
+    src.write_bytes("text,k\nhello,1\nworld,2\n".encode("utf-16")[:-1])
+    got = rows_of(open_input(str(src), encoding="utf-16", keep=["k"]))
+    assert [(r, why and why.text) for r, _, _, why in got] == [
+        (0, None), (1, "invalid utf-16: byte 0x0a at character 1 of the kept column 'k'")]
