@@ -28,7 +28,7 @@ from typing import Any, ClassVar
 import numpy as np
 import pyarrow as pa
 
-from ..errors import BertfeatError, opt
+from ..errors import BertfeatError, opt, warn
 from ..ops.threads import read_ahead
 from ..readers.kept import python_values
 
@@ -540,16 +540,31 @@ class FeatureSource:
         """The columns to read, in order (Parquet: id, features, extras)."""
         return self._columns
 
-    def batches(self, batch_rows: int = 65536, *, ahead: int = 0) -> Iterator[FeatureBatch]:
+    def batches(self, batch_rows: int = 65536, *, ahead: int = 0, check_rows: bool = True) -> Iterator[FeatureBatch]:
         """Yield (ids, X float32 (m, d), extras name -> Arrow array) chunks in file order.
 
         ``ahead`` > 0 reads that many chunks ahead in a background thread (``read_ahead``),
-        so decoding the next chunk overlaps the caller's work on this one.
+        so decoding the next chunk overlaps the caller's work on this one. ``check_rows``: warn at the end when the
+        file holds another count of rows than its provenance records (verify says it as its error instead).
         """
         # past int64 (--batch-rows 1e20, "all at once") pyarrow's C long overflowed: no file holds more rows
         batch_rows = min(max(1, int(batch_rows)), np.iinfo(np.int64).max)
         chunks = self.file_format.read_chunks(self, batch_rows)
-        yield from read_ahead(chunks, ahead) if ahead > 0 else chunks
+        n = 0
+        for chunk in read_ahead(chunks, ahead) if ahead > 0 else chunks:
+            n += chunk[1].shape[0]
+            yield chunk
+        if check_rows:
+            self._check_rows_recorded(n)
+
+    def _check_rows_recorded(self, n: int) -> None:
+        """Say so when the file, read to its end, holds another count of rows than its provenance records written: a
+        file cut at a row's end (a copy stopped short) reads as a whole one. (Not an error: a file filtered with its
+        provenance kept, a training split, is a file of good rows.)"""
+        recorded = (self.meta.get("layout") or {}).get("rows")
+        if isinstance(recorded, int) and not isinstance(recorded, bool) and recorded != n:
+            warn(f"{self.path} holds {n:,} rows, but its provenance records {recorded:,} written: it was cut short "
+                 "(a copy stopped early?) or filtered since; check it is the whole file", every_time=False)
 
     def make_chunk(self, table: pa.Table | pa.RecordBatch, X: np.ndarray, start: int) -> FeatureBatch:
         """(ids, X, extras) of rows start.. : ids from the id column (else row numbers), the extras from ``table``."""

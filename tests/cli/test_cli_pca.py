@@ -921,3 +921,34 @@ def test_a_float64_feature_file_is_fitted_and_transformed_as_written(tmp_path, c
     _, Y, _ = read_features(out)
     assert Y.dtype == np.float32
     np.testing.assert_allclose(Y, sk.transform(X), atol=1e-6)
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "csv"])
+def test_fit_warns_when_the_file_holds_fewer_rows_than_its_provenance_wrote(tmp_path, features, capsys, fmt):
+    """A feature file cut at a row's end (a copy stopped short; `head` of a CSV beside its .json) was fitted as if
+    whole: its provenance records the rows written, and now the read says so (a warning: a file filtered with its
+    provenance kept, a training split, is good rows)."""
+    t = pq.read_table(features)
+    if fmt == "parquet":
+        cut = tmp_path / "cut.parquet"
+        pq.write_table(t.slice(0, 1000), cut)  # the schema's metadata (the provenance) kept
+    else:
+        whole = tmp_path / "whole.csv"
+        assert _run_main(["pca", "transform", str(features), "--pca-model", str(_fit(tmp_path, features)), "-o",
+                          str(whole), "-q"]) == 0
+        cut = tmp_path / "cut.csv"
+        cut.write_text("".join(whole.read_text().splitlines(keepends=True)[:1001]))
+        (tmp_path / "cut.csv.json").write_text((tmp_path / "whole.csv.json").read_text())
+    capsys.readouterr()
+    assert _run_main(["pca", "fit", str(cut), "-n", "2", "-o", str(tmp_path / "m.npz"), "-q"]) == 0
+    assert capsys.readouterr().err == (f"Warning: {cut} holds 1,000 rows, but its provenance records 3,000 written: it "
+                                       "was cut short (a copy stopped early?) or filtered since; check it is the whole "
+                                       "file\n")
+    assert _run_main(["pca", "fit", str(features), "-n", "2", "-o", str(tmp_path / "w.npz"), "-q"]) == 0
+    assert capsys.readouterr().err == ""
+
+
+def _fit(tmp_path, features):
+    model = tmp_path / "p.npz"
+    assert _run_main(["pca", "fit", str(features), "-n", "4", "-o", str(model), "-q"]) == 0
+    return model
