@@ -327,7 +327,7 @@ def unexpanded_variable(text: str) -> tuple[str, str] | None:
 
 
 def invalid_unicode(value: str) -> str | None:
-    """Where ``value`` is not valid Unicode text, as words ("byte 0xe9 at character 4"), else None.
+    """Where ``value`` is not valid Unicode text, as words ("byte 0xe9 at character 3": counted from 0), else None.
 
     A command-line argument with bytes that are not UTF-8 reaches Python as lone surrogates U+DC80..U+DCFF
     (``surrogateescape``), each standing for one byte; any other lone surrogate is named as such."""
@@ -336,7 +336,7 @@ def invalid_unicode(value: str) -> str | None:
     except UnicodeEncodeError as e:
         code = ord(value[e.start])
         what = f"byte 0x{code - 0xDC00:02x}" if 0xDC80 <= code <= 0xDCFF else f"lone surrogate U+{code:04X}"
-        return f"{what} at character {e.start + 1}"
+        return f"{what} at character {e.start}"  # counted from 0, as rows, bytes and columns are
     return None
 
 

@@ -282,7 +282,7 @@ def _quoted_name(text: str, i: int, refuse) -> tuple[str, int]:
     while True:
         k = text.find('"', j)
         if k < 0:
-            refuse(f"the quote at character {i + 1} is never closed", 'close it: "a,b",label')
+            refuse(f"the quote at character {i} is never closed", 'close it: "a,b",label')
         parts.append(text[j:k])
         if not text.startswith('"', k + 1):
             return '"'.join(parts), k + 1

@@ -274,8 +274,8 @@ ENCODER_OPTIONS = [  # (id, encode keywords, the same on `bertfeat extract`, the
      "--layers '-4:' reaches past the model: it has 2 layers (hidden states 0..2, or -3..-1) - "
      "choose layers in that range, e.g. -2: for the last 2"),
     ("prompt-not-unicode", {"prompt": "q\udcff: "}, ["--prompt", "q\udcff: "],  # a latin-1 byte in argv (surrogateescape)
-     "prompt is not valid Unicode (byte 0xff at character 2) - " + PROMPT_FIX,
-     "--prompt is not valid Unicode (byte 0xff at character 2) - " + PROMPT_FIX),
+     "prompt is not valid Unicode (byte 0xff at character 1) - " + PROMPT_FIX,
+     "--prompt is not valid Unicode (byte 0xff at character 1) - " + PROMPT_FIX),
     ("layers-none", {"layers": ","}, ["--layers", ","],
      "layers=',' selects no layer - give at least one layer, e.g. -1", "--layers ',' selects no layer - give at least one layer, e.g. -1"),
     # an empty item was dropped and a repeated layer or pooling counted twice, without a word (rc 0)

@@ -1018,7 +1018,7 @@ def test_a_name_with_a_comma_quote_or_colon_is_kept_quoted_as_in_csv(odd_names, 
 @pytest.mark.parametrize("keep, message", [
     ("a,b", "{src}: --keep 'a' is not a column - columns are: text, 'a,b', say \"hi\", time:utc, label:int, label (a name "
             "holding a comma, a double quote or a colon is quoted as in CSV, e.g. --keep '\"a,b\"')"),
-    ('"a,b', "--keep '\"a,b': the quote at character 1 is never closed - close it: \"a,b\",label"),
+    ('"a,b', "--keep '\"a,b': the quote at character 0 is never closed - close it: \"a,b\",label"),
     ('"a,b"x', "--keep '\"a,b\"x': 'x' follows the quoted name 'a,b' - end a quoted name with its quote, or with a type: "
                ":int, :float, :bool or :str"),
     ('say "hi"', "--keep 'say \"hi\"': the name 'say \"hi\"' holds a double quote - quote the whole name and double the "

@@ -499,9 +499,9 @@ def test_a_text_argument_that_is_not_utf8_is_refused(tmp_path, capsys, command):
     extra = ["-o", tmp_path / "a.png"] if command == "attention" else []
     text = "caf\udce9 [MASK]" if command == "fill-mask" else "caf\udce9"
     rc, out, err = run(capsys, command, text, "-m", tiny_model(), *extra)
-    assert (rc, out, err) == (1, "", f"Error: the TEXT argument is not valid UTF-8 (byte 0xe9 at character 4) - {UTF8_FIX}\n")
+    assert (rc, out, err) == (1, "", f"Error: the TEXT argument is not valid UTF-8 (byte 0xe9 at character 3) - {UTF8_FIX}\n")
     rc, out, err = run(capsys, command, "a [MASK]", "--pair", "na\udcefve", "-m", tiny_model(), *extra)
-    assert (rc, out, err) == (1, "", f"Error: --pair is not valid UTF-8 (byte 0xef at character 3) - {UTF8_FIX}\n")
+    assert (rc, out, err) == (1, "", f"Error: --pair is not valid UTF-8 (byte 0xef at character 2) - {UTF8_FIX}\n")
     assert list(tmp_path.iterdir()) == []
 
 
@@ -511,7 +511,7 @@ def test_raw_bytes_on_the_command_line(tmp_path):
     p = subprocess.run([sys.executable, "-m", "bertfeat", b"tokens", b"caf\xe9", b"-m", os.fsencode(tiny_model())],
                        capture_output=True, env=env, timeout=300)
     assert (p.returncode, p.stdout, p.stderr.decode()) == (
-        1, b"", f"Error: the TEXT argument is not valid UTF-8 (byte 0xe9 at character 4) - {UTF8_FIX}\n")
+        1, b"", f"Error: the TEXT argument is not valid UTF-8 (byte 0xe9 at character 3) - {UTF8_FIX}\n")
 
 
 def test_the_library_refuses_lone_surrogates_too():
@@ -520,13 +520,13 @@ def test_the_library_refuses_lone_surrogates_too():
     fix = ("decode it with its real encoding first (bytes.decode('latin-1'), say), or read a file in another "
            "encoding with bertfeat.extract(..., encoding=...)")
     for call, message in ((lambda: tokenize_text("caf\udce9", model=tiny_model()),
-                           "text is not valid Unicode (byte 0xe9 at character 4)"),
+                           "text is not valid Unicode (byte 0xe9 at character 3)"),
                           (lambda: tokenize_text("ok", "x\ud800", model=tiny_model()),
-                           "pair is not valid Unicode (lone surrogate U+D800 at character 2)"),
+                           "pair is not valid Unicode (lone surrogate U+D800 at character 1)"),
                           (lambda: fill_mask("\udcff [MASK]", model=tiny_model()),
-                           "text is not valid Unicode (byte 0xff at character 1)"),
+                           "text is not valid Unicode (byte 0xff at character 0)"),
                           (lambda: write_attention("caf\udce9", "a.png", model=tiny_model()),
-                           "text is not valid Unicode (byte 0xe9 at character 4)")):
+                           "text is not valid Unicode (byte 0xe9 at character 3)")):
         with pytest.raises(BertfeatError) as e:
             call()
         assert e.value.message == f"{message} - {fix}"
@@ -760,7 +760,7 @@ def test_a_name_that_is_not_utf8_is_refused_by_every_path_option(tmp_path, good,
         fix = (f"{f'pass {flag} with' if flag else 'give'} a UTF-8 name" if ext is not None
                else "rename it with a UTF-8 name")
         shown = "a\\udcffb" + (ext or "")  # the error line escapes it, as a control character
-        assert (rc, out, err) == (1, "", f"Error: the {what} {shown} is not a UTF-8 name (byte 0xff at character 2) - "
+        assert (rc, out, err) == (1, "", f"Error: the {what} {shown} is not a UTF-8 name (byte 0xff at character 1) - "
                                          f"{fix} ({NOT_UTF8_WHY})\n"), command
     assert list(tmp_path.iterdir()) == [] and snapshot(good["dir"]) == before
 
@@ -775,7 +775,7 @@ def test_an_output_named_after_an_input_that_is_not_utf8(tmp_path, good):
                        capture_output=True, env=env, timeout=300)
     out = f"{tmp_path}/caf\\udce9.features.parquet"  # stderr writes the byte as Python escapes it
     assert (p.returncode, p.stdout, p.stderr.decode()) == (
-        1, b"", f"Error: the output {out} is not a UTF-8 name (byte 0xe9 at character {len(str(tmp_path)) + 5}) - "
+        1, b"", f"Error: the output {out} is not a UTF-8 name (byte 0xe9 at character {len(str(tmp_path)) + 4}) - "
                 f"pass -o with a UTF-8 name ({NOT_UTF8_WHY})\n")
     assert os.listdir(os.fsencode(tmp_path)) == [b"caf\xe9.csv"]
 
