@@ -160,6 +160,8 @@ class QuoteTracker(io.RawIOBase):
         self._head_reads: list[bytes] | None = []  # the reads before the header line ended
         self._recent = b""  # the last bytes of the reads before this one (up to the header's length and a BOM)
         self.header_rows: set[int] = set()  # data rows whose line is the header line again
+        # the reader's stream.NewlineAtEnd beneath it, if any: its ``added`` line feed is no part of an unclosed value
+        self.ending = None
 
     def readable(self):
         return True

@@ -321,7 +321,8 @@ class CsvReader(TextReader):
         if transcoded:  # our own transcoder: a byte the encoding cannot read is a bad row, not the end of the file
             transcoder = _Utf8Transcoder(stream, self.encoding)
             stream = io.BufferedReader(transcoder, buffer_size=1 << 20)
-        stream = io.BufferedReader(NewlineAtEnd(stream), buffer_size=1 << 20)  # UTF-8 here: a header alone ends
+        ending = NewlineAtEnd(stream)
+        stream = io.BufferedReader(ending, buffer_size=1 << 20)  # UTF-8 here: a header alone ends
         mender = None
         if mend:
             from .csvcheck import LineMender
@@ -333,6 +334,7 @@ class CsvReader(TextReader):
         # on UTF-8 (as read, or as transcoded: UTF-16's quotes and line ends are not single bytes): an unclosed quote,
         # rows that span lines, lines a CR alone cuts into rows; fields over max_field_bytes left out as read
         tracker = QuoteTracker(stream, self.delimiter, self.max_field_bytes or None, quoting=self.fmt == "csv")
+        tracker.ending = ending
         stream = io.BufferedReader(tracker, buffer_size=1 << 20)
         gate = ReadAheadGate(stream, float("inf") if transcoded else (1 + self.READ_AHEAD_BLOCKS) * block)
         return transcoder, mender, tracker, gate
@@ -666,6 +668,14 @@ class CsvReader(TextReader):
         k = pending.rows.index(last)
         pending.pre_rejected[last] = reason
         pending.texts[k] = None
+        if tracker.ending is not None and tracker.ending.added and col is not None:  # the line feed NewlineAtEnd gave the file is no part of the value
+            named = {self.pair_column: pending.pairs, self.id_column: pending.ids, **(pending.extra or {})}
+            values = named.get(col)
+            if values is not None and isinstance(values[k], (bytes, str)):
+                values[k] = values[k][:-1] if values[k][-1:] in (b"\n", "\n") else values[k]
+            written = pending.written.get(last, {})
+            if isinstance(written.get(col), str) and written[col].endswith("\n"):
+                written[col] = written[col][:-1]
 
     def _raise_unskippable(self, e: BaseException):
         """pyarrow cannot hand a malformed line that is not valid UTF-8 to the skip handler (its message is the one it

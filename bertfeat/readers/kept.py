@@ -342,12 +342,15 @@ def convert_json(column: str, value, typ: pa.DataType, given: bool = False,
     if name == "bool" and isinstance(value, bool):
         return value, None
     text = json_written(value) or json.dumps(value, ensure_ascii=False)  # a number as written: 2.50, not 2.5
-    return (text if isinstance(value, (dict, list)) else value,
+    nested = isinstance(value, (dict, list))
+    return (text if nested else value,
             Reason(RejectCode.BAD_KEPT_VALUE, f"kept column {column!r}: {clipped(text)} "
                                               f"is {json_kind(value)}, not {_WORDS[name][0]} "
                                               + (f"(the column's first lines hold no value, so it is read as strings: "
-                                                 f"give its type, e.g. {opt('keep', column + ':int')})" if unseen
-                                                 else _whose(name, given))))
+                                                 f"give its type, e.g. {opt('keep', column + ':int')})" if unseen and not nested
+                                                 else _whose(name, given))
+                                              + ("; no type keeps a JSON object or array: write it as a string, or "
+                                                 "leave the column out" if nested else "")))
 
 
 def _float_holds(f: float, text: str) -> bool:

@@ -54,6 +54,7 @@ class NewlineAtEnd(io.RawIOBase):
         self._fh = fh
         self._last = b"\n"
         self._done = False
+        self.added = False  # the line feed was added (the file's last byte was not one)
 
     def readable(self):
         return True
@@ -64,7 +65,7 @@ class NewlineAtEnd(io.RawIOBase):
             self._last = bytes(b[n - 1:n])
             return n
         if not self._done and self._last != b"\n" and len(b):
-            self._done = True
+            self._done = self.added = True
             b[0:1] = b"\n"
             return 1
         return n

@@ -1366,3 +1366,29 @@ def test_the_rejects_file_shows_a_byte_that_is_not_utf8_as_xNN(tmp_path, capsys)
         (header, row) = read_rejects(Path(f"{out}.rejects.csv"))
         assert (row[0], row[1], row[3]) == ("1", ident, kept), (name, row)
         assert "\ufffd" not in row[2], (name, row)
+
+
+@pytest.mark.parametrize("end", ["", "\n"])
+def test_an_unclosed_quote_at_the_end_keeps_its_value_as_written(tmp_path, capsys, end):
+    """A file whose last value opens a quote it never closes, and has no final line feed: the line feed the reader
+    gives such a file (pyarrow needs one) was written into the value in the rejects file ("a\\nb\\n" for "a\\nb")."""
+    src = tmp_path / "q.csv"
+    src.write_text(f'id,text,k\nr0,fine,1\nr1,hello,"a\nb{end}', newline="")
+    rc, _, err = run(capsys, "extract", src, "-o", tmp_path / "q.parquet", "--model", tiny_model(), "--id-column", "id",
+                     "--keep", "k", "--on-bad-row", "skip", "-q")
+    assert rc == 0, err
+    (_, row) = read_rejects(tmp_path / "q.parquet.rejects.csv")
+    assert (row[0], row[1], row[3]) == ("1", "r1", f"a\nb{end}")
+
+
+def test_a_json_object_under_a_given_str_says_no_type_keeps_it(tmp_path, capsys):
+    """An object in a JSONL column given :str said "... not a string (the type given in --keep: str)" and then advised
+    giving the column's type (COLUMN:str ...): the type it had. Now the reason says no type keeps an object."""
+    src = tmp_path / "j.jsonl"
+    src.write_text('{"text": "a", "k": "x"}\n{"text": "b", "k": {"a": 1}}\n')
+    rc, _, err = run(capsys, "extract", src, "-o", tmp_path / "j.parquet", "--model", tiny_model(), "--keep", "k:str",
+                     "--on-bad-row", "skip", "-q")
+    assert rc == 0, err
+    assert read_rejects(tmp_path / "j.parquet.rejects.csv")[1][2] == (
+        "kept column 'k': {\"a\": 1} is an object, not a string (the type given in --keep: str); no type keeps a JSON "
+        "object or array: write it as a string, or leave the column out")
