@@ -418,13 +418,16 @@ def read_tensors(files: list[Path], bf16: set[str] | None = None, model_type: st
                       index.name)
     out = Tensors(files)
     out.formats = {f: fmt for f, (_, _, _, fmt) in zip(files, opened) if fmt is not None}
+    stored_as: dict[str, str] = {}  # canonical name -> the key it was stored under
     for f, (keys, get, stored16, _) in zip(files, opened):
         for key in keys:
             if model_type is not None:
                 check_prefix(key, model_type, f)
             name = canonical_name(key)
             if name in out:
-                raise WeightsError(f"{f}: tensor '{name}' appears twice (as '{key}')", "remove the duplicate from the checkpoint")
+                raise WeightsError(f"{f}: tensor '{name}' appears twice, as '{stored_as[name]}' and as '{key}'",
+                                   "remove one of them from the checkpoint")
+            stored_as[name] = key
             to16 = bf16 is not None and _LAYER_LINEAR.fullmatch(name)
             if to16 and key in stored16:  # stored in bf16: its bit patterns as they are, no round trip
                 t = _guarded(f, get, key, bits=True)
@@ -785,7 +788,7 @@ def load_weights(model_dir: str | Path, config: BertConfig, precision: str = "fp
         w.emb_proj_w, w.emb_proj_b = np.ascontiguousarray(p["w"].T), p["b"]
     if c.model_type in ("electra", "distilbert"):  # their models have no pooler
         w.missing_pooler_reason = f"{c.family} models have no pooler ({c.family}Model has no pooler layer)"
-    elif all(n in tensors for n, _ in _POOLER.values()):
+    elif any(n in tensors for n, _ in _POOLER.values()):  # half a pooler: the missing half named (_take)
         p = {k: _take(tensors, n, s(c), where, used) for k, (n, s) in _POOLER.items()}
         w.pooler_w, w.pooler_b = np.ascontiguousarray(p["w"].T), p["b"]
     else:

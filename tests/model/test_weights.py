@@ -105,7 +105,15 @@ CASES = [
     ("too-many-layers", lambda d: edit_config(d, num_hidden_layers=1), WeightsError,
      ["the checkpoint has more layers than num_hidden_layers=1 in config.json"]),
     ("duplicate-tensor", lambda d: rewrite_tensors(d, lambda t: t.__setitem__("bert.pooler.dense.bias", t["pooler.dense.bias"])),
-     WeightsError, ["tensor 'pooler.dense.bias' appears twice"]),
+     WeightsError, ["tensor 'pooler.dense.bias' appears twice, as 'bert.pooler.dense.bias' and as 'pooler.dense.bias'",
+                    "remove one of them from the checkpoint"]),
+    # it named the same key twice ("appears twice (as 'embeddings.LayerNorm.weight')"), never the gamma it also holds
+    ("duplicate-gamma", lambda d: rewrite_tensors(d, lambda t: t.__setitem__("embeddings.LayerNorm.gamma",
+                                                                              t["embeddings.LayerNorm.weight"])),
+     WeightsError, ["appears twice, as 'embeddings.LayerNorm.gamma' and as 'embeddings.LayerNorm.weight'"]),
+    # half a pooler: its bias was "1 tensor(s) that a BERT encoder does not use ... remove the extra tensors"
+    ("half-a-pooler", lambda d: rewrite_tensors(d, lambda t: t.pop("pooler.dense.weight")),
+     WeightsError, ["{d}/model.safetensors: tensor 'pooler.dense.weight' is missing (expected shape (64, 64))"]),
     ("integer-tensor", lambda d: rewrite_tensors(d, lambda t: t.__setitem__("pooler.dense.bias", np.zeros(64, np.int32))),
      WeightsError, ["tensor 'pooler.dense.bias' has dtype int32, expected floating point"]),
     ("deberta", lambda d: edit_config(d, model_type="deberta-v2"), ConfigError,
@@ -314,7 +322,8 @@ def test_unknown_tensor_is_refused_with_its_name(tmp_path, capsys, extra, shape)
 def test_half_a_pooler_is_refused_not_dropped(tmp_path):
     d = small(tmp_path / "m")
     rewrite_tensors(d, lambda t: t.pop("pooler.dense.bias"))
-    with pytest.raises(WeightsError, match=r"1 tensor\(s\) that a BERT encoder does not use: 'pooler.dense.weight' \(64, 64\)"):
+    # (it named the half there as a tensor the encoder does not use, whose fix said to remove it)
+    with pytest.raises(WeightsError, match=r"tensor 'pooler.dense.bias' is missing \(expected shape \(64,\)\)"):
         Encoder(d)
 
 
