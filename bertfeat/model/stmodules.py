@@ -464,7 +464,10 @@ def _module_kind(entry, i: int, where: str) -> tuple[str, str]:
             f"bertfeat runs {', '.join(SUPPORTED_MODULES)} modules; use {opt('pooling')} to get plain pooled features of "
             "the encoder instead of the model's embedding",
         )
-    return kind, str(entry.get("path") or "")
+    if not isinstance(entry.get("path"), str):  # (sentence-transformers fails on it: KeyError 'path')
+        raise ConfigError(f"{where}: module {i} ({kind}) has no \"path\" (the folder of its files; \"\" for the model's "
+                          "own)", "restore modules.json from the model")
+    return kind, entry["path"]
 
 
 def _io_names(cfg: dict) -> tuple[object, object]:

@@ -1687,3 +1687,17 @@ def test_a_weighted_layer_pooling_setting_null_is_refused_not_read_as_its_defaul
     assert str(e.value) == (f"1_WeightedLayerPooling/config.json: {key} is null, which sentence-transformers does not "
                             "read as the default (it fails at load) - restore the file from the model, or give "
                             f"{key} its value (remove the entry for the default)")
+
+
+def test_a_module_without_a_path_is_refused_naming_it(layouts, tmp_path):
+    """A modules.json entry without "path" (sentence-transformers: KeyError 'path') read the model's own folder as the
+    module's: the encoder's config.json was refused as a Pooling config, named '/config.json'."""
+    d = tmp_path / "nopath"
+    shutil.copytree(layouts["bge_cls_normalize"], d)
+    modules = json.loads((d / "modules.json").read_text())
+    del modules[1]["path"]
+    (d / "modules.json").write_text(json.dumps(modules))
+    with pytest.raises(BertfeatError) as e:
+        Encoder(d)
+    assert str(e.value) == ('modules.json: module 1 (Pooling) has no "path" (the folder of its files; "" for the '
+                            "model's own) - restore modules.json from the model")
