@@ -7,11 +7,13 @@ of the file it knows whether a quoted field was left open (pyarrow then reads ev
 one field, silently) and on which line and in which field it opened, and how many records hold a quoted
 line break. It looks at the delimiter, quote and newline bytes only, so it costs little next to the model.
 
-With ``max_field`` it also keeps any field larger than that from pyarrow (``max_field_bytes``): the bytes of the
-field open at the end of a read are held back until it ends; one that grows past ``max_field`` is dropped as it is
-read and reaches pyarrow as an empty quoted field ``""``, its data row and size noted in ``oversized`` (the reader
-makes the row a bad row when the field is one it reads). So neither pyarrow nor the reader ever holds more of one
-field than ``max_field`` bytes, however long the field (an unclosed quote included).
+With ``max_field`` it also keeps any field whose value is larger than that from pyarrow (``max_field_bytes``; the
+value's bytes, as JSONL and Parquet count them: a quoted field's quotes and one of each ``""`` are not counted): the
+bytes of the field open at the end of a read are held back until it ends; one that grows past ``max_field`` is
+dropped as it is read and reaches pyarrow as an empty quoted field ``""``, its data row and value size noted in
+``oversized`` (the reader makes the row a bad row when the field is one it reads). So neither pyarrow nor the reader
+ever holds more of one field than twice ``max_field`` bytes and its quotes, however long the field (an unclosed quote
+included).
 
 A carriage return alone (a CR not followed by a line feed) outside quotes ends a record for pyarrow, as a line end
 does. In a file whose header line ends in a line feed (``\n`` or ``\r\n``), such a CR is part of a value (text pasted
@@ -137,6 +139,7 @@ class QuoteTracker(io.RawIOBase):
         self._cap = max_field
         self.oversized: dict[int, list[tuple[int, int]]] = {}  # data row -> [(field, bytes)] of fields over the cap
         self._field_quoted = False  # the current field opened with a quote
+        self._quotes = 0  # the current field's bytes that are no part of its value: its quotes, one of each '""'
         self._held: list[bytes] = []  # the open field's bytes of earlier reads, not handed on yet
         self._held_n = 0
         self._dropping = False  # the open field is over the cap: its bytes are skipped until it ends
@@ -204,13 +207,13 @@ class QuoteTracker(io.RawIOBase):
 
     def _field_end(self, pos: int) -> None:
         """The field that started at ``_field_start`` ends at ``pos`` (a delimiter or line end outside quotes)."""
-        if self.record > 0 and (self._dropping or pos - self._field_start > self._cap):
+        if self.record > 0 and (self._dropping or pos - self._field_start - self._quotes > self._cap):
             self._replace(pos, b'""')
         elif self._held:  # held back while open: within the cap, handed on as it was
             self._queue += self._held
             self._queued += self._held_n
             self._held, self._held_n = [], 0
-        self._field_quoted = False
+        self._field_quoted, self._quotes = False, 0
 
     def _replace(self, pos: int, replacement: bytes) -> None:
         """The field over the cap, from ``_field_start`` to ``pos``, handed on as ``replacement``."""
@@ -219,7 +222,7 @@ class QuoteTracker(io.RawIOBase):
         self._put(replacement)
         self._emit_from = pos
         self._shifts.append((self._queued, pos - self._queued))
-        self.oversized.setdefault(self.record - 1, []).append((self.field, pos - self._field_start))
+        self.oversized.setdefault(self.record - 1, []).append((self.field, pos - self._field_start - self._quotes))
 
     def _read_end(self, data: bytes) -> None:
         """A read's bytes are handed on up to the field still open; that one's are held (or skipped, over the cap)."""
@@ -229,7 +232,7 @@ class QuoteTracker(io.RawIOBase):
         elif not self._dropping:
             start = max(self._field_start, self._base)
             self._put(data[self._emit_from - self._base:start - self._base])
-            if end - self._field_start > self._cap:
+            if end - self._field_start - self._quotes - self._pending_quote > self._cap:  # (the value's bytes so far)
                 self._dropping, self._held, self._held_n = True, [], 0
             elif end > start:
                 self._held.append(data[start - self._base:])
@@ -255,6 +258,7 @@ class QuoteTracker(io.RawIOBase):
         lines between; on its own line (``"Stop" he said``) pyarrow would join the parts and drop the quotes. Either
         way a suspect (a close line equal to the open line says the second)."""
         self.in_quotes = False
+        self._quotes += 1
         if (next_byte is not None and next_byte not in (0x0A, 0x0D, self._delim)
                 and self.open_record is not None and self.open_record >= 1):
             self.suspects.setdefault(self.open_record - 1, (self.open_line, self.open_field, self.line))
@@ -278,6 +282,7 @@ class QuoteTracker(io.RawIOBase):
             self._pending_quote = False
             if data[:1] == b'"':
                 i = 1
+                self._quotes += 1
             else:
                 self._closed(data[0])
         search = self._special.search
@@ -295,6 +300,7 @@ class QuoteTracker(io.RawIOBase):
                         self._pending_quote = True
                     elif data[j + 1] == 0x22:
                         i = j + 2
+                        self._quotes += 1
                     else:
                         self._closed(data[j + 1])
                 elif c == 0x0A or c == 0x0D:
@@ -307,6 +313,7 @@ class QuoteTracker(io.RawIOBase):
             if c == 0x22:
                 if pos == self._field_start:  # a quote opens a quoted field only at its start
                     self.in_quotes = self._field_quoted = True
+                    self._quotes = 1
                     self.open_line, self.open_field, self.open_record = self.line, self.field, self.record
                 continue
             if cap:

@@ -118,8 +118,9 @@ def _field(rng, delimiter: str, quoting: bool) -> bytes:
 
 @pytest.mark.parametrize("seed", range(40))
 def test_fields_over_the_cap_reach_pyarrow_empty_whatever_the_reads(seed):
-    """Random CSV / TSV: every data field larger than max_field (as written, quotes included) arrives as "", its row
-    and size noted; every other byte passes unchanged, the header whole; the offsets map back onto the input."""
+    """Random CSV / TSV: every data field whose value is larger than max_field (its UTF-8 bytes as read: a quoted
+    field's quotes and one of each '""' not counted, as JSONL counts a value) arrives as "", its row and value size
+    noted; every other byte passes unchanged, the header whole; the offsets map back onto the input."""
     import csv
     import numpy as np
 
@@ -138,12 +139,14 @@ def test_fields_over_the_cap_reach_pyarrow_empty_whatever_the_reads(seed):
         return list(csv.reader(io.StringIO(raw.decode(), newline=""), delimiter=delimiter,
                                quoting=csv.QUOTE_MINIMAL if quoting else csv.QUOTE_NONE))
 
+    values = [[len(v.encode()) for v in p] for p in parsed(data)[1:]]
+    assert all(v <= len(f) for r, p in zip(rows, values) for f, v in zip(r, p))
     want = [[f.decode() for f in header]] + [
-        [('""' if not quoting else "") if len(f) > cap else row for f, row in zip(r, p)]
-        for r, p in zip(rows, parsed(data)[1:])]
+        [('""' if not quoting else "") if v > cap else row for v, row in zip(s, p)]
+        for s, p in zip(values, parsed(data)[1:])]
     assert parsed(out) == want
-    assert t.oversized == {k: [(j, len(f)) for j, f in enumerate(r) if len(f) > cap]
-                           for k, r in enumerate(rows) if any(len(f) > cap for f in r)}
+    assert t.oversized == {k: [(j, v) for j, v in enumerate(s) if v > cap]
+                           for k, s in enumerate(values) if any(v > cap for v in s)}
     assert t.file_offset(len(out)) == len(data)
     if not t.oversized:
         assert out == data
@@ -158,7 +161,7 @@ def test_a_field_over_the_cap_never_reaches_pyarrow_whole():
     t = QuoteTracker(io.BytesIO(data), ",", 1 << 16)
     out = io.BufferedReader(t, buffer_size=1 << 20).read()
     assert out == b'id,text\n1,first\n2,""\n3,third\n4,"'
-    assert t.oversized == {1: [(1, len(big))], 3: [(1, 5_000_001)]} and t.unclosed
+    assert t.oversized == {1: [(1, len(big) - 2 - 6_000_000)], 3: [(1, 5_000_000)]} and t.unclosed
     rows = pcsv.read_csv(io.BytesIO(out), parse_options=pcsv.ParseOptions(newlines_in_values=True))
     assert rows.column("id").to_pylist() == [1, 2, 3, 4]
 

@@ -746,7 +746,7 @@ FORMATS = ["csv", "tsv", "jsonl", "parquet", "parquet-dictionary", "parquet-bina
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_a_text_over_max_field_bytes_is_one_bad_row(tmp_path, capsys, fmt):
     src = huge_input(tmp_path, fmt)
-    size = len(_huge().encode()) + (fmt == "csv") * (2 + _huge().count('"'))  # CSV: as written, quoted
+    size = len(_huge().encode())  # the value's bytes in every format (CSV: its quotes not counted)
     why = f"the text is {size:,} bytes, more than --max-field-bytes 64KiB allows"
     out = tmp_path / "o.parquet"
     refused(capsys, src, out, f"{src} row 1: {why} - {render(fix_for(RejectCode.FIELD_TOO_LARGE), {})}",
@@ -768,7 +768,7 @@ def test_an_id_or_kept_value_over_max_field_bytes_is_a_bad_row_an_unused_one_is_
     d = tmp_path / "note"
     d.mkdir()
     src = huge_input(d, fmt, "note")
-    size = BIG + (fmt == "csv") * (2 + _huge().count('"'))
+    size = BIG
     out = tmp_path / "o.parquet"
     rc, _, err = extract(capsys, src, out, "--id-column", "id", "--keep", "note", "--on-bad-row", "skip", *CAP)
     assert rc == 0, err
@@ -783,6 +783,30 @@ def test_an_id_or_kept_value_over_max_field_bytes_is_a_bad_row_an_unused_one_is_
     rc, _, err = extract(capsys, src, tmp_path / "i.parquet", "--id-column", "id", "--on-bad-row", "skip", *CAP)
     assert rc == 0, err
     assert _rejects(tmp_path / "i.parquet") == [["1", "", f"the id is {size:,} bytes, more than --max-field-bytes 64KiB allows"]]
+
+
+@pytest.mark.parametrize("fmt", ["csv", "jsonl", "parquet"])
+def test_a_value_of_exactly_max_field_bytes_is_read_one_more_is_a_bad_row(tmp_path, capsys, fmt):
+    """The limit is on the value in every format: a CSV field written with its quotes and '""' was counted as
+    written, so a value of exactly 64KiB (65,536 bytes, written in 65,536 + 2 + 4,096 with its quotes) was refused in
+    CSV and read in JSONL and Parquet."""
+    cap = 1 << 16
+    for n, bad in ((cap, False), (cap + 1, True)):
+        d = tmp_path / f"{n}"
+        d.mkdir()
+        src = huge_input(d, fmt, "note", n=n)
+        assert _huge(n).count('"') == 4096  # each doubled in CSV
+        out = d / "o.parquet"
+        rc, _, err = extract(capsys, src, out, "--id-column", "id", "--keep", "note", "--on-bad-row", "skip", *CAP)
+        assert rc == 0, err
+        t = read_table(out)
+        assert t.column("id").to_pylist() == (["a", "c"] if bad else ["a", "big", "c"])
+        if bad:
+            assert _rejects(out) == [["1", "big", f"the kept column 'note' is {n:,} bytes, more than --max-field-bytes "
+                                                  "64KiB allows", ""]]
+        else:
+            assert t.column("note").to_pylist()[1] == _huge(n)
+            assert not Path(f"{out}.rejects.csv").exists()
 
 
 def test_a_nested_or_cast_parquet_value_over_max_field_bytes_is_a_bad_row(tmp_path, capsys):
