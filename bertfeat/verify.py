@@ -211,7 +211,7 @@ def verify_features(features: str | os.PathLike, *, input: str | os.PathLike | N
     meta, files = _read_provenance(path, input)
     enc, spec, pca = _rebuild_settings(meta, path, model)
     sources = [open_features(f) for f in files]
-    _check_width(sources[0].dim, enc.output_dim(spec) if pca is None else pca.n_components_, path)
+    _check_width(sources[0].dim, enc.output_dim(spec) if pca is None else pca.n_components_, path, meta)
     _check_columns(sources)
     dtype = sources[0].dtype  # float16: the re-encoded vectors are rounded as the file's were
     # a PCA's reduction of a float16 file: its input was rounded (and so is the re-encoded vector), one float16 step
@@ -308,9 +308,15 @@ def _load_model(meta: dict, path: Path, model, precision: str):
                                  f"pass {opt('model')} with where it is now (its weights' sha256 must match)") from None
 
 
-def _check_width(dim: int, settings_dim: int, path: Path) -> None:
-    """The file's features are as wide as the settings its provenance records make them (an edited truncate_dim or
-    pooling would compare vectors of two widths)."""
+def _check_width(dim: int, settings_dim: int, path: Path, meta: dict) -> None:
+    """The file's features are as wide as its provenance records them written (feature columns dropped from a CSV)
+    and as the settings it records make them (an edited truncate_dim or pooling would compare vectors of two
+    widths)."""
+    written = (meta.get("layout") or {}).get("dim")
+    if isinstance(written, int) and not isinstance(written, bool) and written == settings_dim != dim:
+        raise BertfeatError(f"{path} has {dim} features a row, but its provenance says {written} were written: "
+                            f"feature columns were {'dropped' if dim < written else 'added'} since",
+                            "verify the file as extract wrote it, or extract the features again")
     if dim != settings_dim:
         raise damaged_provenance(path, f"its features are {dim} wide, but the settings it records give {settings_dim}")
 
@@ -324,7 +330,7 @@ def _count_rows(sources: list, meta: dict, path: Path) -> int:
     """The feature file's rows (counted where its layout does not say), which must be the rows its run wrote. A CSV's
     count is its provenance's (the file says none): the walk counts its rows (``_check_count``)."""
     counts = [s.rows for s in sources]  # from the files' layouts; None: count them
-    n = sum(counts) if None not in counts else sum(len(ids) for s in sources for ids, _, _ in s.batches(check_rows=False))
+    n = sum(counts) if None not in counts else sum(len(ids) for s in sources for ids, _, _ in s.batches(check_layout=False))
     _check_count(n, n, meta, path)
     return n
 
@@ -407,7 +413,7 @@ def _output_rows(sources: list, picked: set, wanted: dict):
     sample's)."""
     pos = 0
     for s in sources:
-        for ids, X, _ in s.batches(check_rows=False):  # (_check_count says a count that differs)
+        for ids, X, _ in s.batches(check_layout=False):  # (_check_count says a count that differs)
             ids = ids.tolist() if isinstance(ids, np.ndarray) else list(ids)
             for k, ident in enumerate(ids):
                 if pos in picked:

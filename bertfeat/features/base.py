@@ -540,22 +540,34 @@ class FeatureSource:
         """The columns to read, in order (Parquet: id, features, extras)."""
         return self._columns
 
-    def batches(self, batch_rows: int = 65536, *, ahead: int = 0, check_rows: bool = True) -> Iterator[FeatureBatch]:
+    def batches(self, batch_rows: int = 65536, *, ahead: int = 0, check_layout: bool = True) -> Iterator[FeatureBatch]:
         """Yield (ids, X float32 (m, d), extras name -> Arrow array) chunks in file order.
 
         ``ahead`` > 0 reads that many chunks ahead in a background thread (``read_ahead``),
-        so decoding the next chunk overlaps the caller's work on this one. ``check_rows``: warn at the end when the
-        file holds another count of rows than its provenance records (verify says it as its error instead).
+        so decoding the next chunk overlaps the caller's work on this one. ``check_layout``: warn when the file holds
+        fewer or more feature columns (first) or rows (at the end) than its provenance records (verify says it as
+        its error instead).
         """
         # past int64 (--batch-rows 1e20, "all at once") pyarrow's C long overflowed: no file holds more rows
         batch_rows = min(max(1, int(batch_rows)), np.iinfo(np.int64).max)
+        if check_layout:
+            self._check_width_recorded()
         chunks = self.file_format.read_chunks(self, batch_rows)
         n = 0
         for chunk in read_ahead(chunks, ahead) if ahead > 0 else chunks:
             n += chunk[1].shape[0]
             yield chunk
-        if check_rows:
+        if check_layout:
             self._check_rows_recorded(n)
+
+    def _check_width_recorded(self) -> None:
+        """Say so when the file holds another count of features than its provenance records: feature columns dropped
+        from a CSV or a wide Parquet read as a narrower whole file. (Not an error: a Matryoshka model's first
+        features kept on purpose are good features.)"""
+        recorded = (self.meta.get("layout") or {}).get("dim")
+        if isinstance(recorded, int) and not isinstance(recorded, bool) and recorded != self.dim:
+            warn(f"{self.path} holds {self.dim:,} features a row, but its provenance records {recorded:,} written: "
+                 "feature columns were dropped or added since; check it is the whole file", every_time=False)
 
     def _check_rows_recorded(self, n: int) -> None:
         """Say so when the file, read to its end, holds another count of rows than its provenance records written: a

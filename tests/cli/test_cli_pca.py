@@ -952,3 +952,27 @@ def _fit(tmp_path, features):
     model = tmp_path / "p.npz"
     assert _run_main(["pca", "fit", str(features), "-n", "4", "-o", str(model), "-q"]) == 0
     return model
+
+
+def test_fit_warns_when_the_file_holds_fewer_features_than_its_provenance_wrote(tmp_path, features, capsys):
+    """A CSV feature file with its last feature column dropped (beside its .json) was fitted as a narrower whole
+    file, without a word: its provenance records the width written, and the read now says so (a warning: a
+    Matryoshka model's first features kept on purpose are good features)."""
+    import csv
+
+    whole = tmp_path / "whole.csv"
+    assert _run_main(["pca", "transform", str(features), "--pca-model", str(_fit(tmp_path, features)), "-o",
+                      str(whole), "-q"]) == 0
+    with open(whole, newline="") as fh:
+        rows = list(csv.reader(fh))
+    assert rows[0][-1] == "f3"
+    cut = tmp_path / "cut.csv"
+    with open(cut, "w", newline="") as fh:
+        csv.writer(fh).writerows(r[:-1] for r in rows)
+    (tmp_path / "cut.csv.json").write_text((tmp_path / "whole.csv.json").read_text())
+    capsys.readouterr()
+    assert _run_main(["pca", "fit", str(cut), "-n", "2", "-o", str(tmp_path / "m.npz"), "-q"]) == 0
+    assert capsys.readouterr().err == (f"Warning: {cut} holds 3 features a row, but its provenance records 4 written: "
+                                       "feature columns were dropped or added since; check it is the whole file\n")
+    assert _run_main(["pca", "fit", str(whole), "-n", "2", "-o", str(tmp_path / "w.npz"), "-q"]) == 0
+    assert capsys.readouterr().err == ""

@@ -645,6 +645,25 @@ def test_verify_refuses_a_damaged_provenance_in_one_line(pristine, tmp_path, cap
     assert hashlib.sha256(out.read_bytes()).hexdigest() == before and sorted(tmp_path.iterdir()) == [out]
 
 
+def test_a_feature_column_dropped_is_said_so_not_a_damaged_provenance(pristine, tmp_path, capsys):
+    """A wide Parquet file with its last feature column dropped, its provenance kept: verify blamed the provenance
+    ('damaged or not bertfeat's: its features are 31 wide, but the settings it records give 32')."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    wide = tmp_path / "w.parquet"
+    assert run(capsys, "extract", pristine.parent / "in.csv", "-o", wide, "--model", tiny_model(), "--id-column",
+               "id", "--wide", "-q")[0] == 0
+    t = pq.read_table(wide)
+    cut = tmp_path / "cut.parquet"
+    pq.write_table(t.drop_columns(["f31"]), cut)  # (the schema's metadata, the provenance, kept)
+    assert "f31" in t.column_names and pa.types.is_floating(t.schema.field("f30").type)
+    assert run(capsys, "verify", cut, "-q") == (
+        1, "", f"Error: {cut} has 31 features a row, but its provenance says 32 were written: feature columns were "
+               "dropped since - verify the file as extract wrote it, or extract the features again\n")
+    assert run(capsys, "verify", wide, "-q")[0] == 0
+
+
 def test_a_recorded_delimiter_the_input_does_not_hold_is_not_the_users_option(pristine, tmp_path, capsys):
     """A recorded delimiter that is valid but does not split the input's header: the reader said to pass the
     delimiter ',' (verify has no such option); it now says where the delimiter came from. --encoding with a
