@@ -82,6 +82,10 @@ class NpyFile(FeatureFile):
     suffix = ".npy"
 
     @classmethod
+    def numbered_feature_columns(cls, wide: bool) -> bool:
+        return False  # (the features are the .npy's; its ids file holds the id and extras alone)
+
+    @classmethod
     def layout_wide(cls, wide: bool) -> bool:
         return False
 

@@ -70,9 +70,15 @@ class FeatureWriter:
         self._layout_wide = file_class.layout_wide(self.wide)
         names = [id_name, *self.extra_columns, *file_class.named_feature_columns(self.wide)]
         numbered = file_class.numbered_feature_columns(self.wide)
-        clash = {n for n in names if names.count(n) > 1 or numbered and WIDE_COLUMN_RE.match(n)}
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise BertfeatError(f"the column name(s) {twice} are given twice (the id column, extra columns and the "
+                                f"features' {list(file_class.named_feature_columns(self.wide))})", "rename them")
+        clash = sorted(n for n in names if numbered and n is not None and WIDE_COLUMN_RE.match(n))
         if clash:
-            raise BertfeatError(f"column name(s) {sorted(clash)} clash with each other or the feature columns", "rename them")
+            raise BertfeatError(f"the column name(s) {clash} clash with the features' columns f0, f1, ... of a "
+                                f"{'wide ' if self.fmt == 'parquet' else ''}{self.fmt} feature file",
+                                "rename them, or write Parquet (not wide) or npy")
         for name, t, why in unwritable(self.fmt, {id_name: id_type, **self.extra_columns}):
             raise BertfeatError(f"column {name!r} holds {t} values, which a {self.fmt} feature file cannot hold ({why})",
                                 "write a parquet feature file")

@@ -30,9 +30,6 @@ def feature_settings(encoder, plan, estimating: bool = False) -> tuple[object, d
     refusal = None if estimating else pca_rows_refusal(plan, dim)
     if refusal is not None:
         raise refusal
-    if plan.id_name in ("embedding", "n_tokens", "truncated", "n_chunks"):
-        shown = opt("id_column", plan.id_name, cli=f"'{plan.id_name}'")
-        raise BertfeatError(f"{shown} clashes with an output column", "rename the id column")
     return spec, encoder.fingerprint(spec)
 
 

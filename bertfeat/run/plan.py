@@ -335,6 +335,7 @@ def _engine_settings(o: ExtractOptions) -> tuple[str, DaskSettings | None]:
 def _output_columns(o: ExtractOptions, fmt: str, pca, pca_model) -> tuple:
     """The kept columns and the probe's label (``check_keep``, ``check_label_option``) -> (keep, keep_as, label); the
     label is kept too, as the probe reads it back from the output."""
+    check_id_name(o.id_column, fmt, o.wide)
     keep, keep_as = check_keep(o.checked("keep"), fmt, o.id_column, o.wide)
     label = check_label_option(o.checked("label"), pca, pca_model, fmt, o.id_column)
     if label is not None and label not in keep:
@@ -412,7 +413,32 @@ def check_label_option(label, pca, pca_model, fmt: str, id_column: str | None) -
 
 
 #: the output's own columns besides the id column (a kept column may not take their names)
+#: a run's own columns in every format (embedding: the features' column of the run's tables, whatever the output's)
 OUTPUT_COLUMNS = ("embedding", "n_tokens", "truncated", "n_chunks")
+
+
+def numbered_features(fmt: str, wide: bool) -> bool:
+    """The output's features are columns f0, f1 ... (CSV, wide Parquet; a .npy's ids file holds the id and extras
+    alone): names an id or kept column may not take."""
+    from ..features.registry import FILE_FORMATS
+
+    return FILE_FORMATS[fmt].numbered_feature_columns(wide)
+
+
+def check_id_name(id_column: str | None, fmt: str, wide: bool) -> None:
+    """An id column named as one of the output's own columns is refused before the model loads: FeatureWriter refused
+    it after every row was encoded, and the run's work was removed with its partial directory."""
+    if id_column is None:
+        return
+    shown = opt("id_column", id_column, cli=f"'{id_column}'")
+    if id_column in OUTPUT_COLUMNS:
+        raise BertfeatError(f"{shown} clashes with the output column '{id_column}'",
+                            f"rename the id column in the input, or leave {opt('id_column')} out (the rows are then "
+                            "numbered)")
+    if numbered_features(fmt, wide) and re.fullmatch(r"f(0|[1-9]\d*)", id_column):  # the features' columns (f007 is none of them)
+        where = "a CSV output" if fmt == "csv" else f"a wide Parquet output ({opt('wide', True)})"
+        raise BertfeatError(f"{shown} clashes with the features' columns f0, f1, ... of {where} (one per feature)",
+                            "rename the id column in the input, or write Parquet (not wide) or npy")
 
 
 def check_keep(pairs: list, fmt: str, id_column: str | None, wide: bool) -> tuple[tuple[str, ...], dict[str, str]]:
@@ -429,7 +455,7 @@ def check_keep(pairs: list, fmt: str, id_column: str | None, wide: bool) -> tupl
         raise BertfeatError(f"{opt('keep')} needs an output with columns; npy holds the features only",
                             f"use {opt('format', 'parquet')} or {opt('format', 'csv')}, or drop {opt('keep')}")
     id_name = id_column or "row"
-    wide_columns = wide or fmt == "csv"
+    wide_columns = numbered_features(fmt, wide)
     for n in names:
         if n == id_name and id_column:
             raise BertfeatError(f"{opt('keep')} '{n}' is the id column ({opt('id_column', n)})",

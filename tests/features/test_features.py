@@ -812,3 +812,23 @@ def test_iter_and_read_features_check_their_arguments(tmp_path, data):
     assert _message(lambda: read_features(path, float64="no")) == (
         "float64='no' is not True or False - give float64=True or float64=False")
     assert sum(len(x) for _, x in iter_features(path, 300)) == N
+
+
+@pytest.mark.parametrize("fmt, wide, refused", [("csv", False, True), ("parquet", True, True), ("parquet", False, False),
+                                                ("npy", False, False)])
+def test_an_id_column_named_f0_is_refused_where_the_features_are_columns(tmp_path, fmt, wide, refused):
+    """What `pca transform -o t.csv` of a file whose id column is f0 says ('column name(s) ['f0'] clash with each other
+    or the feature columns - rename them' named no fix, and a .npy output, whose ids file holds no feature column,
+    was refused too)."""
+    path = tmp_path / f"o.{fmt}"
+    kw = dict(dim=2, id_name="f0", id_type=pa.string(), wide=wide)
+    if refused:
+        with pytest.raises(BertfeatError) as e:
+            FeatureWriter(path, **kw)
+        assert e.value.message == (f"the column name(s) ['f0'] clash with the features' columns f0, f1, ... of a "
+                                   f"{'wide ' if wide else ''}{fmt} feature file - rename them, or write Parquet "
+                                   "(not wide) or npy")
+        return
+    with FeatureWriter(path, **kw) as w:
+        w.write(["007", "8"], np.ones((2, 2), np.float32), {})
+    assert list(read_features(path)[0]) == ["007", "8"]

@@ -318,6 +318,43 @@ def small(tmp_path) -> Path:
      "--id-column row to make it the id column"),
 ])
 def test_refusals(small, tmp_path, capsys, kw, python, cli):
+    _refused(small, tmp_path, capsys, kw, python, cli)
+
+
+@pytest.mark.parametrize("kw, python, cli", [
+    (dict(id_column="f0", format="csv"), "id_column='f0' clashes with the features' columns f0, f1, ... of a CSV "
+     "output (one per feature) - rename the id column in the input, or write Parquet (not wide) or npy",
+     "--id-column 'f0' clashes with the features' columns f0, f1, ... of a CSV output (one per feature) - rename the "
+     "id column in the input, or write Parquet (not wide) or npy"),
+    (dict(id_column="f0", wide=True), "id_column='f0' clashes with the features' columns f0, f1, ... of a wide "
+     "Parquet output (wide=True) (one per feature) - rename the id column in the input, or write Parquet (not wide) or "
+     "npy", "--id-column 'f0' clashes with the features' columns f0, f1, ... of a wide Parquet output (--wide) (one per "
+     "feature) - rename the id column in the input, or write Parquet (not wide) or npy"),
+    (dict(id_column="n_tokens"), "id_column='n_tokens' clashes with the output column 'n_tokens' - rename the id "
+     "column in the input, or leave id_column out (the rows are then numbered)",
+     "--id-column 'n_tokens' clashes with the output column 'n_tokens' - rename the id column in the input, or leave "
+     "--id-column out (the rows are then numbered)"),
+])
+def test_an_id_column_named_as_an_output_column_is_refused_before_the_model_loads(small, tmp_path, capsys, kw, python,
+                                                                                   cli):
+    """--id-column f3 with a CSV or wide Parquet output was refused by the writer after every row was encoded ('column
+    name(s) ['f3'] clash with each other or the feature columns - rename them'), and the run's partial directory,
+    its encoded chunks, removed with it: now before the model loads, naming --id-column."""
+    _refused(small, tmp_path, capsys, kw, python, cli)
+
+
+def test_an_id_column_f0_is_written_where_the_output_has_no_such_column(tmp_path):
+    """An id column f0 in a .npy output (its ids file holds the id and extras alone) was refused after encoding too,
+    as if its features were columns; in a (not wide) Parquet output it was and is written."""
+    from bertfeat.features import read_features
+
+    src = write_csv(tmp_path / "e.csv", ["f0", "text"], [["007", "one text"], ["8", "two"]])
+    for out in (tmp_path / "o.npy", tmp_path / "o.parquet"):
+        bertfeat.extract(str(src), str(out), model=tiny_model(), id_column="f0")
+        assert list(read_features(out)[0]) == ["007", "8"]
+
+
+def _refused(small, tmp_path, capsys, kw, python, cli):
     out = tmp_path / f"o.{kw.get('format', 'parquet')}"
     with pytest.raises(BertfeatError) as e:
         bertfeat.extract(str(small), str(out), model=tiny_model(), **kw)
