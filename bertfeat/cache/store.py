@@ -47,6 +47,7 @@ import functools
 import glob
 import hashlib
 import json
+import math
 import os
 import re
 import shutil
@@ -541,6 +542,25 @@ def classify(path: Path) -> tuple[str, str]:
     return _unmarked(Path(path))
 
 
+def side_file_problem(path: Path) -> tuple[Path, str] | None:
+    """A -wal / -shm / -journal file beside the store that SQLite cannot use as its own: a symbolic link (SQLite
+    refuses to follow it), a directory or another special file -> (that file, what it is); SQLite said only "unable to
+    open database file", and the fix named a writable directory and disk room."""
+    for side in SIDE_FILES:
+        p = Path(f"{path}{side}")
+        try:
+            mode = os.lstat(p).st_mode
+        except OSError:
+            continue
+        if stat.S_ISLNK(mode):
+            return p, "a symbolic link (SQLite keeps its own file there, and follows no link)"
+        if stat.S_ISDIR(mode):
+            return p, "a directory (SQLite keeps its own file there)"
+        if not stat.S_ISREG(mode):
+            return p, "not a regular file (SQLite keeps its own file there)"
+    return None
+
+
 def _unmarked(path: Path) -> tuple[str, str]:
     """A SQLite database without an application_id: an earlier bertfeat's cache when its tables are exactly one of
     bertfeat's layouts (classify)."""
@@ -647,8 +667,9 @@ class VectorStore:
     the cache, or as the run's temporary store) and what to do.
     """
 
-    def __init__(self, path: Path, durable: bool = True, run_store: bool | None = None):
+    def __init__(self, path: Path, durable: bool = True, run_store: bool | None = None, look: bool = False):
         self.path = Path(path)
+        self.look = look  # opened to read only, whatever this process may write (--estimate: nothing is written)
         self.durable = durable
         self.run_store = (not durable or is_run_store(self.path)) if run_store is None else run_store
         self.corrupt = 0  # entries whose checksum failed (read as misses)
@@ -687,6 +708,13 @@ class VectorStore:
 
     def _open(self) -> None:
         kind, detail = self._classify()
+        side = side_file_problem(self.path) if kind in ("new", "ours", "adopt") else None
+        if side is not None:
+            where = f"{RUN_STORE} {self.path}" if self.run_store else f"the cache {self.path}"
+            raise CacheError(f"cannot open {where}: {side[0].name} beside it is {side[1]}",
+                             f"remove {side[0]} while no run uses the cache (bertfeat changed nothing in it)")
+        if kind == "new" and self.look:
+            raise sqlite3.OperationalError("unable to open database file: there is none to look into")
         if kind == "new":
             _create(self.path, wal=self.durable)
             kind, detail = self._classify()  # ours, or the file another process linked in first
@@ -696,7 +724,7 @@ class VectorStore:
             raise self._format(detail)
         if kind == "new":  # removed again at once
             raise sqlite3.OperationalError("unable to open database file: it was removed while it was being made")
-        why = None if self.run_store else unwritable(self.path)
+        why = "looked into only" if self.look else None if self.run_store else unwritable(self.path)
         if why is not None:
             return self._open_read_only(kind, why)
         if self.durable and not self.run_store:
@@ -1049,7 +1077,8 @@ class VectorStore:
         for fid, fp, model, dim, settings, created, last_used in fps:
             n, b = counts.get(fid, (0, 0))
             out.append({"fingerprint": fp, "model": model, "dim": dim, "entries": int(n), "bytes": int(b or 0),
-                        "settings": _stored_settings(settings), "created": created, "last_used": last_used})
+                        "settings": _stored_settings(settings), "created": _stored_time(created),
+                        "last_used": _stored_time(last_used)})
         return out
 
     def clear(self, fingerprint: str | None = None) -> int:
@@ -1063,10 +1092,14 @@ class VectorStore:
             if getattr(e, "readonly", None) is None:
                 raise
             raise self._read_only_clear(e.readonly) from None
+        self.shrunk = False
         try:
             with self._lock:
                 self.db.execute("PRAGMA busy_timeout=2000")  # VACUUM needs the file to itself: wait a little, not 120 s
                 self.db.execute("VACUUM")
+                # the copy VACUUM made is in the -wal file until a checkpoint writes it back: one that cannot finish
+                # (another process reads an older snapshot) leaves the file larger than before for now
+                self.shrunk = self.db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0] == 0
         except sqlite3.Error:  # another process reads it: the space is reused by later writes instead
             pass
         return n
@@ -1141,10 +1174,11 @@ def _size_on_disk(db: Path) -> int:
     return total
 
 
-def open_cache(directory: Path, run_store: bool | None = None) -> VectorStore:
+def open_cache(directory: Path, run_store: bool | None = None, look: bool = False) -> VectorStore:
     """The cache in ``directory`` (made when missing); ``run_store``: the run's own store of encoded rows instead
-    (None: when ``directory`` is ``OUTPUT.partial/.dedup/``)."""
-    return VectorStore(Path(directory) / DB_NAME, run_store=run_store)
+    (None: when ``directory`` is ``OUTPUT.partial/.dedup/``); ``look``: read only, nothing of it changed (an earlier
+    bertfeat's cache left unmarked, no file made or removed beside it: --estimate)."""
+    return VectorStore(Path(directory) / DB_NAME, run_store=run_store, look=look)
 
 
 def open_existing_cache(directory: Path) -> VectorStore:
@@ -1175,6 +1209,11 @@ def _stored_settings(text) -> dict | None:
     except (TypeError, ValueError):
         return None
     return settings if isinstance(settings, dict) else None
+
+
+def _stored_time(value) -> float | None:
+    """A fingerprint row's time as stored, or None where the row is damaged (text, bytes: SQLite keeps any type)."""
+    return value if isinstance(value, (int, float)) and math.isfinite(value) else None
 
 
 def settings_line(s: dict | None, fingerprint: str = "ID") -> str:
@@ -1223,8 +1262,9 @@ def cache_info(directory) -> dict:
 
 
 def clear_cache(directory, fingerprint: str | None = None) -> dict:
-    """``bertfeat cache clear``: every entry, or one fingerprint's (one transaction), -> entries deleted and the size
-    on disk before and after."""
+    """``bertfeat cache clear``: every entry, or one fingerprint's (one transaction), -> entries deleted, the size
+    on disk before and after, and whether the file shrank (not while another process has it open: its space is then
+    reused by later writes, and its -wal file has grown by the deletion)."""
     # before this connection adds its own -shm / -wal files; the path checked first (a NUL in it: one line)
     before = _size_on_disk(local_path(directory, "cache") / DB_NAME)
     store = open_existing_cache(directory)
@@ -1232,4 +1272,4 @@ def clear_cache(directory, fingerprint: str | None = None) -> dict:
         n = store.clear(fingerprint)
     finally:
         store.close()
-    return {"deleted": n, "size_before": before, "size_after": store.size_on_disk()}
+    return {"deleted": n, "size_before": before, "size_after": store.size_on_disk(), "shrunk": store.shrunk}

@@ -406,14 +406,14 @@ def _check_not_the_runs_own(path, input: str, output, format, model, cache, pca_
     out = Path(output) if output is not None else (default_output(input, format or "parquet") if input != "-" else None)
     owners = []
     if out is not None:
-        owners += _output_owners(where, out, format)
+        owners += [f"over {o}" for o in _output_owners(where, out, format)]
     owner = runs_own_folder(path, model, resolve_cache(cache))  # the cache as extract resolves it (BERTFEAT_CACHE ...)
     if owner is not None:
-        owners.append(owner)
+        owners.append(f"inside {owner}")
     if pca_model is not None and where == Path(os.path.realpath(pca_model)):
-        owners.append(f"the PCA model {pca_model}")
+        owners.append(f"over the PCA model {pca_model}")
     if owners:
-        raise BertfeatError(f"the summary JSON {path} would be written over {owners[0]}",
+        raise BertfeatError(f"the summary JSON {path} would be written {owners[0]}",
                             "give --summary-json a file of its own, e.g. run.json beside the output")
 
 

@@ -20,8 +20,14 @@ def _size(n: int) -> str:
     return str(n)
 
 
-def _when(t: float) -> str:
-    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(t))
+def _when(t) -> str:
+    """A fingerprint row's time; one a damaged row holds (text, a float past any date) said so, not a traceback."""
+    try:
+        if t is not None:  # (gmtime(None) is now)
+            return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(t))
+    except (TypeError, ValueError, OverflowError, OSError):
+        pass
+    return "unknown (this fingerprint's row in the cache is damaged)"
 
 
 @cache_app.command("info", epilog="Examples:\n\n  bertfeat cache info ~/.cache/bertfeat\n\n  bertfeat cache info build/cache --json")
@@ -53,6 +59,10 @@ def clear_command(directory: str = typer.Argument(..., help="The cache directory
     from ..cache.store import clear_cache
 
     d = clear_cache(directory, fingerprint)
-    if not quiet:
-        err_console.print(f"deleted {d['deleted']:,} entries from {directory} ({_size(d['size_before'])} -> "
-                          f"{_size(d['size_after'])} on disk)", markup=False, highlight=False, soft_wrap=True)
+    if quiet:
+        return
+    size = (f"{_size(d['size_before'])} -> {_size(d['size_after'])} on disk" if d["shrunk"] else
+            f"{_size(d['size_after'])} on disk, not shrunk: another process has the cache open, and later writes reuse "
+            "the space")
+    err_console.print(f"deleted {d['deleted']:,} entries from {directory} ({size})", markup=False, highlight=False,
+                      soft_wrap=True)

@@ -229,7 +229,7 @@ def _cached_share(plan, encoder, spec, texts: list[str], pairs: list[str] | None
         return 0.0
     fp, settings = cache_fingerprint(encoder, spec)
     try:
-        store = open_cache(Path(plan.cache))
+        store = open_cache(Path(plan.cache), look=True)  # (an estimate writes nothing: an old cache left unmarked)
         try:
             # as the run looks up (cache.reuse): its own fingerprint, then another name of its prompt's, then its rows
             # within max length under another long-text policy's, stride's or max length's

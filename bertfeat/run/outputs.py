@@ -61,7 +61,7 @@ def check_not_input(outputs: Iterable[tuple[str, Path]], inputs: Iterable[Path],
 
 
 def runs_own_folder(path: str | os.PathLike, model=None, cache=None) -> str | None:
-    """What a path a run writes would be written over, when it lies inside the model folder (``model``, when it is a
+    """What a path a run writes would be written inside, when it lies inside the model folder (``model``, when it is a
     local directory: a hub id is not) or the vector cache directory (``cache``, made or not yet: the run makes its
     database before it writes its outputs), e.g. ``"the vector cache cX"``; else None. The one rule for every file
     ``extract`` writes (its outputs, side files and partial directory: plan.py; ``--summary-json``: the CLI)."""
@@ -96,7 +96,7 @@ def check_not_runs_own(outputs: Iterable[tuple[str, Path]], model=None, cache=No
     for label, out in outputs:
         owner = runs_own_folder(out, model, cache)
         if owner is not None:
-            raise OutputError(f"the {label} {out} would be written over {owner}",
+            raise OutputError(f"the {label} {out} would be written inside {owner}",
                               f"pass {_named_by(label, options)} with a path outside it")
 
 

@@ -1263,6 +1263,48 @@ def test_cache_info_shows_a_fingerprint_whose_settings_row_is_damaged(tmp_path, 
     assert (rc, entries(cache)) == (0, 0), err
 
 
+@pytest.mark.parametrize("last_used", [2.4e163, "yesterday", b"\x01"])
+def test_cache_info_shows_a_fingerprint_whose_last_use_is_damaged(tmp_path, capsys, last_used):
+    """A last_used value no date has (one bit flipped in its float: 2.4e163; text or bytes written over it) made
+    `cache info` fail as 'unexpected OverflowError (TypeError) ... a bug in bertfeat' (found by the cache audit)."""
+    cache = fill(tmp_path, capsys)
+    with sqlite3.connect(cache / DB_NAME) as db:
+        db.execute("UPDATE fingerprints SET last_used = ?", (last_used,))
+    db.close()
+    rc, out, err = run(capsys, "cache", "info", cache)
+    assert (rc, err) == (0, "")
+    assert out.splitlines()[-2].endswith(" 30 entries, 3.8 KiB of vectors, last used unknown (this fingerprint's row "
+                                         "in the cache is damaged)")
+    rc, out, err = run(capsys, "cache", "info", cache, "--json")
+    assert (rc, err) == (0, "")
+    assert json.loads(out)["fingerprints"][0]["last_used"] == (last_used if isinstance(last_used, float) else None)
+
+
+@pytest.mark.parametrize("side", ["-wal", "-shm"])
+@pytest.mark.parametrize("kind", ["link", "directory"])
+def test_a_side_file_sqlite_cannot_use_is_named(tmp_path, capsys, side, kind):
+    """A -wal or -shm file that is a symbolic link or a directory: SQLite refuses it ('unable to open database file')
+    and the run said to check the directory is writable and its disk has room (found by the cache audit). Now the
+    file is named; the file a link points to is never written."""
+    cache = fill(tmp_path, capsys)
+    mine = tmp_path / "mine.txt"
+    mine.write_text("a user's file\n")
+    bad = cache / f"{DB_NAME}{side}"
+    bad.unlink(missing_ok=True)
+    bad.symlink_to(mine) if kind == "link" else bad.mkdir()
+    what = ("a symbolic link (SQLite keeps its own file there, and follows no link)" if kind == "link" else
+            "a directory (SQLite keeps its own file there)")
+    said = (f"Error: cannot open the cache {cache / DB_NAME}: {DB_NAME}{side} beside it is {what} - remove {bad} "
+            "while no run uses the cache (bertfeat changed nothing in it)\n")
+    for argv in (["cache", "info", cache], ["cache", "clear", cache],
+                 ["extract", corpus(tmp_path / "c.csv", base_rows(4)), "-o", tmp_path / "o.parquet", "--model",
+                  tiny_model(), "--cache", cache, "-q"]):
+        assert run(capsys, *argv)[::2] == (1, said)
+    assert mine.read_text() == "a user's file\n"
+    bad.unlink() if kind == "link" else bad.rmdir()
+    assert entries(cache) == 30  # (the cache untouched)
+
+
 def test_a_cache_path_that_is_a_link_to_nowhere_is_said_so(tmp_path, capsys):
     """--cache naming a broken symbolic link failed as 'cannot make the cache directory dangl (File exists)', and
     `cache info` said it 'does not exist'; a loop of links likewise. Nothing is made."""
@@ -1347,6 +1389,24 @@ def test_the_size_on_disk_is_the_caches_own_files(tmp_path, capsys):
     after = db.stat().st_size + sum(p.stat().st_size for p in cache.glob(DB_NAME + "-[ws][ah][lm]"))
     assert (rc, err) == (0, f"deleted 30 entries from {cache} ({own / 1024:,.1f} KiB -> {after / 1024:,.1f} KiB on disk)\n")
     assert backup.read_bytes()[:16] == bertfeat.cache.store.SQLITE_MAGIC and entries(cache) == 0
+
+
+def test_clear_while_another_process_reads_says_the_file_was_not_shrunk(tmp_path, capsys):
+    """While a run has the cache open, VACUUM cannot run and the deletion grows the -wal file: clear said '(320.3 KiB
+    -> 560.6 KiB on disk)', as if clearing made the cache larger (found by the cache audit)."""
+    cache = fill(tmp_path, capsys)
+    reader = sqlite3.connect(cache / DB_NAME, isolation_level=None)
+    reader.execute("BEGIN")
+    assert reader.execute("SELECT count(*) FROM vectors").fetchone() == (30,)  # a read transaction: VACUUM must wait
+    try:
+        rc, out, err = run(capsys, "cache", "clear", cache)
+    finally:
+        reader.execute("COMMIT")
+        reader.close()
+    m = re.fullmatch(rf"deleted 30 entries from {re.escape(str(cache))} \(([\d.]+) KiB on disk, not shrunk: another "
+                     r"process has the cache open, and later writes reuse the space\)\n", err)
+    assert (rc, out) == (0, "") and m, err
+    assert entries(cache) == 0
 
 
 def test_cache_info_on_no_cache_is_one_error_line(tmp_path, capsys):
@@ -1689,6 +1749,23 @@ def test_a_cache_of_an_earlier_bertfeat_is_adopted(tmp_path, capsys):
     assert_same_features(tmp_path / "b.parquet", tmp_path / "a.parquet")
     rc, _, err = run(capsys, "cache", "clear", cache)
     assert rc == 0 and err.startswith(f"deleted 12 entries from {cache} ("), err
+
+
+def test_an_estimate_changes_no_byte_of_the_cache(tmp_path):
+    """--estimate says nothing was written, but it opened the cache to write: an earlier bertfeat's cache was marked
+    (its header rewritten: found by the cache audit). It now reads it alone, and still counts its hits."""
+    import os
+
+    from bertfeat.cache.store import classify
+
+    src, cache, db = earlier_bertfeats_cache(tmp_path)
+    before = {p.name: p.read_bytes() for p in cache.iterdir()}
+    e = extract(src, tmp_path / "e.parquet", cache=cache, estimate=True)
+    assert e.cached == 1.0
+    assert {p.name: p.read_bytes() for p in cache.iterdir()} == before and classify(db) == ("adopt", "")
+    assert not os.path.exists(tmp_path / "e.parquet")
+    e = extract(src, tmp_path / "e.parquet", cache=tmp_path / "none", estimate=True)
+    assert e.cached == 0.0 and not (tmp_path / "none").exists()
 
 
 def test_an_earlier_bertfeats_cache_sqlite_refuses_to_write_is_read_unmarked(tmp_path, monkeypatch):

@@ -504,13 +504,13 @@ def test_the_report_is_not_written_into_the_model_folder_or_the_cache(make_ckpt,
     before = {p.name: p.read_bytes() for p in model.iterdir() if p.is_file()}
     assert main(["sweep", str(small_csv), "-m", str(model), "--set", "mean", "-o", str(model / "config"), "--overwrite",
                  "-q"]) == 1
-    assert capsys.readouterr().err == (f"Error: the sweep report {model / 'config.json'} would be written over the model "
+    assert capsys.readouterr().err == (f"Error: the sweep report {model / 'config.json'} would be written inside the model "
                                        f"folder {model} - pass -o with a path outside it\n")
     assert {p.name: p.read_bytes() for p in model.iterdir() if p.is_file()} == before
     cache = tmp_path / "cache"
     with pytest.raises(BertfeatError) as e:
         sweep(small_csv, ["mean"], model=model, cache=cache, output=cache / "sweep", sample=20)
-    assert e.value.message == (f"the sweep report {cache / 'sweep.json'} would be written over the vector cache {cache} - "
+    assert e.value.message == (f"the sweep report {cache / 'sweep.json'} would be written inside the vector cache {cache} - "
                                "pass output with a path outside it")
     assert not cache.exists()
     rc = main(["sweep", str(small_csv), "-m", str(model), "--set", "mean", "--cache", str(model), "-o",

@@ -629,7 +629,7 @@ def test_no_output_is_written_into_the_cache_or_the_model_folder(tmp_path, src, 
     extra = {"dask": ["--engine", "dask", "--overwrite"], "new_cache": []}.get(case, ["--overwrite"])
     before = tree_digest(tmp_path)
     rc, _, err = run(capsys, "extract", src, "-o", out, "--format", "parquet", "--model", model, "--cache", cache, *extra)
-    assert (rc, err) == (1, f"Error: the output {out} would be written over {owner} - pass -o with a path outside it\n")
+    assert (rc, err) == (1, f"Error: the output {out} would be written inside {owner} - pass -o with a path outside it\n")
     assert tree_digest(tmp_path) == before  # nothing made, nothing replaced: refused before the run
     if case in ("cache_db", "dask"):
         assert run(capsys, "cache", "info", cache)[0] == 0

@@ -118,7 +118,7 @@ def test_summary_json_never_names_the_runs_own_files(tmp_path, capsys, target):
     before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
     rc, _, err = run(capsys, "extract", src, "-o", out, "--model", model, "--cache", cache, "--summary-json", dest,
                      "--overwrite")
-    assert rc == 1 and err.startswith(f"Error: the summary JSON {dest} would be written over ") and err.endswith(
+    assert rc == 1 and err.startswith(f"Error: the summary JSON {dest} would be written ") and err.endswith(
         " - give --summary-json a file of its own, e.g. run.json beside the output\n"), err
     assert {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == before  # nothing written
 
