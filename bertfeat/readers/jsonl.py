@@ -278,8 +278,9 @@ class JsonlReader(TextReader):
                     reason = self._kept(obj, extra, reason, written.setdefault(row, {}))
                 if reason is not None:
                     pre[row] = reason
-                    # an id that cannot be one (1e2, true, [1]) is left to the reason to name; -0 as written
-                    ident = json_written(ident) if isinstance(ident, JsonNegativeZero) else ident if _id_kind(ident) else None
+                    # an id that cannot be one (1e2, true, [1]) and -0 as the line wrote them: the rejects file's id
+                    negative_zero = isinstance(ident, JsonNegativeZero)
+                    ident = ident if (_id_kind(ident) and not negative_zero) or ident is None else _as_written(ident)
                 rows.append(row); texts.append(text); pairs.append(pair); ids.append(ident)
                 if len(rows) >= self.batch_rows:
                     yield self._batch(rows, texts, pairs, ids, pre, counter.count, start, extra, written)
@@ -472,6 +473,11 @@ def _check_id(ident, id_kind: str | None) -> tuple[Reason | None, str | None]:
         return Reason(RejectCode.BAD_ID, f"id {json.dumps(ident)[:40]} is {'an' if kind == 'integer' else 'a'} {kind}, "
                                          f"but the ids before it are {id_kind}s"), id_kind
     return None, id_kind or kind
+
+
+def _as_written(v) -> str:
+    """A JSON value as the line wrote it (a number's own digits: 1e5, 2.50, -0), as JSON text otherwise (true, [1])."""
+    return json_written(v) or json.dumps(v, ensure_ascii=False)
 
 
 def _json_kind(v) -> str:

@@ -879,17 +879,24 @@ def test_a_json_array_file_or_cr_line_ends_are_named_for_what_they_are(tmp_path)
 
 def test_a_jsonl_id_that_is_a_number_is_named_as_the_line_wrote_it(tmp_path, capsys):
     """A bad id was named as Python prints the float (1e2 as 100.0, 2.50 as 2.5): the rejects file showed a value
-    the file does not hold."""
+    the file does not hold. Its id cell was empty (found by the writers audit): the row could not be joined by its id;
+    it is the id as the line wrote it, a boolean or an array as JSON text."""
     from extract_util import run, tiny_model
 
     src = tmp_path / "n.jsonl"
     src.write_text('{"id": 1, "text": "one"}\n{"id": 1e2, "text": "two"}\n{"id": 2.50, "text": "three"}\n'
-                   '{"id": -0.0, "text": "four"}\n')
+                   '{"id": -0.0, "text": "four"}\n{"id": true, "text": "five"}\n{"id": [1, "é"], "text": "six"}\n'
+                   '{"id": -0, "text": "seven"}\n{"id": null, "text": "eight"}\n')
     rc, _, err = run(capsys, "extract", src, "--model", tiny_model(), "--id-column", "id", "--on-bad-row", "skip", "-q")
     assert rc == 0, err
-    assert (tmp_path / "n.features.parquet.rejects.csv").read_text().splitlines() == [
-        "row,id,reason", "1,,\"id 1e2 is a number, not a string or an integer\"",
-        "2,,\"id 2.50 is a number, not a string or an integer\"", "3,,\"id -0.0 is a number, not a string or an integer\""]
+    assert (tmp_path / "n.features.parquet.rejects.csv").read_text(encoding="utf-8").splitlines() == [
+        "row,id,reason", "1,1e2,\"id 1e2 is a number, not a string or an integer\"",
+        "2,2.50,\"id 2.50 is a number, not a string or an integer\"",
+        "3,-0.0,\"id -0.0 is a number, not a string or an integer\"",
+        "4,true,\"id true is a boolean, not a string or an integer\"",
+        '5,"[1, ""é""]","id [1, ""\\u00e9""] is an array, not a string or an integer"',
+        '6,-0,"id -0 would be written back as 0 (an integer id has no sign of zero): write it 0, or as the string ""-0"" '
+        '(with every id a string)"', "7,,null id"]
 
 
 def test_an_input_path_with_an_unexpanded_tilde_is_said_so(tmp_path, monkeypatch):

@@ -493,7 +493,7 @@ def test_jsonl_skip(tmp_path, capsys):
         ["4", "", "a JSON array, not an object"],
         ["5", "6", "no field 'text'"],
         ["6", "7", 'id "7" is a string, but the ids before it are integers'],
-        ["7", "", "id 8.5 is a number, not a string or an integer"],
+        ["7", "8.5", "id 8.5 is a number, not a string or an integer"],
         ["8", "9", "invalid utf-8 at byte 22 of the line"],
     ]
     t = read_table(out)
