@@ -102,13 +102,13 @@ class NpyFile(FeatureFile):
     def __init__(self, spec: WriteSpec):
         self.spec = spec
         self._main = AtomicFile(spec.path)
-        self._npy = open(self._main.tmp, "wb")
-        self._npy.write(npy_header(0, spec.dim, spec.dtype))
         self._ids = AtomicFile(ids_sidecar_path(spec.path))
-        self._schema = pa.schema(csv_fields([spec.id_field, *spec.extra_fields]))
-        try:
+        self._npy = open(self._main.tmp, "wb")
+        try:  # any exception, Ctrl-C included (a nested column type CSV cannot hold): no temporary file left behind
+            self._npy.write(npy_header(0, spec.dim, spec.dtype))
+            self._schema = pa.schema(csv_fields([spec.id_field, *spec.extra_fields]))
             self._csv = pcsv.CSVWriter(str(self._ids.tmp), self._schema)
-        except BaseException:  # e.g. a nested column type CSV cannot hold: no temporary file left behind
+        except BaseException:
             self._npy.close()
             self._main.discard()
             self._ids.discard()

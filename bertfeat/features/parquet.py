@@ -128,12 +128,17 @@ class ParquetFile(FeatureFile):
         fields = [spec.id_field, *feature_fields, *spec.extra_fields]
         self._schema = pa.schema(fields, metadata={METADATA_KEY: dumps_metadata(spec.metadata)})
         self._sink = pa.OSFile(str(self._main.tmp), "wb")
-        # page CRCs: a resumed Dask run verifies the parts it keeps (pages_damaged), a reader may too. Dictionary
-        # encoding for the id and kept columns only: floats are nearly all distinct, so a feature column's dictionary
-        # filled to its 1 MiB limit and was written beside the plain pages (files 1.5x the floats' size, written
-        # 25x slower: 714 KB in 52 ms -> 469 KB in 2 ms for 300 x 384)
-        self._pq = pq.ParquetWriter(self._sink, self._schema, write_page_checksum=True,
-                                    use_dictionary=[f.name for f in fields if f not in feature_fields])
+        try:  # (any exception, Ctrl-C included: no temporary file left behind)
+            # page CRCs: a resumed Dask run verifies the parts it keeps (pages_damaged), a reader may too. Dictionary
+            # encoding for the id and kept columns only: floats are nearly all distinct, so a feature column's
+            # dictionary filled to its 1 MiB limit and was written beside the plain pages (files 1.5x the floats'
+            # size, written 25x slower: 714 KB in 52 ms -> 469 KB in 2 ms for 300 x 384)
+            self._pq = pq.ParquetWriter(self._sink, self._schema, write_page_checksum=True,
+                                        use_dictionary=[f.name for f in fields if f not in feature_fields])
+        except BaseException:
+            self._sink.close()
+            self._main.discard()
+            raise
 
     def append(self, columns: dict[str, pa.Array], X: np.ndarray) -> None:
         m = X.shape[0]
