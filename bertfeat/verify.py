@@ -148,8 +148,18 @@ def _pca_of(meta: dict, features: Path):
         if candidate.is_file() and (not entry.get("model_sha256") or file_sha256(candidate) == entry["model_sha256"]):
             return PCA.load(candidate)
     sha = f", sha256 {entry['model_sha256'][:12]}" if entry.get("model_sha256") else ""
+    fix = "put the model file back beside the features"
+    from .atomic import fitted_name
+
+    partial = features.with_name(fitted_name(features.name, len(".partial")) + ".partial")  # (run.plan.OutputLayout's)
+    if partial.is_dir():  # a run killed (kill -9) while it moved its files into place: a new model beside old features
+        fix = f"an interrupted run left {partial}: run it again with --resume to put all its files in place, or {fix}"
+    other = next((c for c in candidates if c.is_file()), None)
+    if other is not None:
+        raise BertfeatError(f"{other} is not the PCA model that reduced the features of {features} (its sha256 "
+                            f"{file_sha256(other)[:12]}, theirs {entry['model_sha256'][:12]})", fix)
     raise BertfeatError(f"the features of {features} were reduced by a PCA model that is not found "
-                        f"({' or '.join(filter(None, names))}{sha})", "put the model file back beside the features")
+                        f"({' or '.join(filter(None, names))}{sha})", fix)
 
 
 _END = object()  # the output's rows are all found

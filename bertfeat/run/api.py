@@ -22,7 +22,7 @@ from typing import Any, Literal, Mapping, Sequence
 from ..checks import DEFAULT_MAX_FIELD_BYTES
 from ..errors import BertfeatError, interrupt_in
 from .summary import ExtractSummary
-from .options import DEFAULT_BLOCKSIZE, DEFAULT_CHUNK_ROWS, OPTIONS, ExtractOptions, check_switch
+from .options import DEFAULT_BLOCKSIZE, DEFAULT_CHUNK_ROWS, MAIN_GUARD_FIX, OPTIONS, ExtractOptions, check_switch
 from .plan import make_plan
 
 
@@ -106,6 +106,7 @@ def extract_options(options: ExtractOptions, *, progress=None, quiet: bool = Tru
     """``bertfeat.extract`` of an ``ExtractOptions`` (the CLI builds one from its flags): the plan (every option
     checked), then the estimate or the run. ``progress``, ``quiet``, ``client``: as ``bertfeat.extract``'s."""
     _check_progress(progress, quiet)
+    _check_not_in_spawned_import()
     try:
         plan = make_plan(options, client)
         if options.estimate is not False:
@@ -144,6 +145,20 @@ def _check_progress(progress, quiet) -> None:
         raise BertfeatError(f"progress={progress!r} has no {', '.join(missing)} method",
                             "give an object with the methods of bertfeat.run.progress.NullProgress (start, advance, note, "
                             "stop; parts for the Dask engine), or leave progress out")
+
+
+def _check_not_in_spawned_import() -> None:
+    """A script that calls extract at its top level without a ``__main__`` guard is imported again by each worker
+    process of the local Dask cluster it starts (as ``__mp_main__``): each ran the extract again, met the output's
+    lock, and the run failed as 'RuntimeError: Nanny failed to start' (found by the combinations audit)."""
+    import sys
+
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code.co_name == "<module>" and frame.f_globals.get("__name__") == "__mp_main__":
+            raise BertfeatError("bertfeat.extract was called as a new process imported the script that runs it (a "
+                                "local Dask cluster's worker, a multiprocessing process)", MAIN_GUARD_FIX)
+        frame = frame.f_back
 
 
 def run(plan, progress=None, client=None) -> ExtractSummary:

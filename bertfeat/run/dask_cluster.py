@@ -108,8 +108,18 @@ def open_client(dask):
     # cluster we start (measured 2 %: 2 one-thread workers 0.91x -> 0.93x the local engine, 8,000 rows, 2
     # rounds). The Nanny hands this config to its worker process; an env= variable comes too late for it.
     with dask.config.set({"distributed.worker.profile.enabled": False}):
-        cluster = start_local_cluster(LocalCluster, n_workers=n, threads_per_worker=per_worker, processes=True,
-                                      dashboard_address=":0", silence_logs=logging.ERROR, env=env)
+        try:
+            cluster = start_local_cluster(LocalCluster, n_workers=n, threads_per_worker=per_worker, processes=True,
+                                          dashboard_address=":0", silence_logs=logging.ERROR, env=env)
+        except RuntimeError as e:  # the worker processes' own errors went to their stderr
+            if "Nanny failed to start" not in str(e):
+                raise
+            from .options import MAIN_GUARD_FIX
+
+            raise BertfeatError(f"the local Dask cluster's worker processes failed to start ({str(e).rstrip('.')}; "
+                                "their own error is "
+                                "printed above)", f"from a Python script, {MAIN_GUARD_FIX}; else see the workers' "
+                                "error") from None
     try:
         return Client(cluster), cluster
     except BaseException:  # a Ctrl-C as the client connects: the cluster is the run's to close

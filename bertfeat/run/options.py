@@ -36,6 +36,10 @@ ENGINES = ("local", "dask")
 BAD_ROW_POLICIES = ("error", "skip")
 DEFAULT_CHUNK_ROWS = 2048
 DEFAULT_BLOCKSIZE = "8MiB"
+#: the fix when a script calls extract at its top level, unguarded, and a process it starts imports it (api.py,
+#: dask_cluster.py)
+MAIN_GUARD_FIX = ('call bertfeat.extract under `if __name__ == "__main__":` in the script (a local Dask cluster\'s '
+                  "worker processes import it as they start, as every multiprocessing process does)")
 ALL_COMPONENTS = "all"  # pca=1.0 / "all": keep every component (PCA(n_components=None))
 #: the options that are Encoder(...) load keywords besides the model (encoder_keywords)
 ENCODER_OPTIONS = ("max_batch_tokens", "threads", "precision")

@@ -187,8 +187,9 @@ def test_a_dask_directory_without_its_run_provenance_is_read_from_its_parts(tmp_
 
 
 def test_verify_finds_a_replaced_pca_model(tmp_path, capsys):
-    """extract --pca records its model's sha256: a model of the same name fitted on other rows is named as not found
-    (it was loaded, and the rows called different: 'the input, the model or the file changed')."""
+    """extract --pca records its model's sha256: a model of the same name fitted on other rows was loaded, and the rows
+    called different ('the input, the model or the file changed'); then named as not found, though it is there
+    (found by the combinations audit); now as another model."""
     src = write_csv(tmp_path / "in.csv", ["text"], [r[1:2] for r in _rows(40)])
     out = tmp_path / "p.parquet"
     assert run(capsys, "extract", src, "-o", out, "--model", tiny_model(), "--pca", "4", "-q")[0] == 0
@@ -197,6 +198,19 @@ def test_verify_finds_a_replaced_pca_model(tmp_path, capsys):
     assert run(capsys, "extract", other, "-o", tmp_path / "all.parquet", "--model", tiny_model(), "-q")[0] == 0
     assert run(capsys, "pca", "fit", tmp_path / "all.parquet", "-n", "4", "-o", tmp_path / "p.pca.npz", "--overwrite",
                "-q")[0] == 0
+    from bertfeat.features import read_feature_metadata
+    from bertfeat.pca.reduce import file_sha256
+
+    theirs, other = read_feature_metadata(out)["pca"]["model_sha256"], file_sha256(tmp_path / "p.pca.npz")
+    said = (f"Error: {tmp_path / 'p.pca.npz'} is not the PCA model that reduced the features of {out} (its sha256 "
+            f"{other[:12]}, theirs {theirs[:12]}) - ")
+    assert run(capsys, "verify", out, "-q") == (1, "", said + "put the model file back beside the features\n")
+    # a run killed (kill -9) while it moved its files into place left its partial directory: the fix says so
+    (tmp_path / "p.parquet.partial").mkdir()
+    assert run(capsys, "verify", out, "-q") == (1, "", said + f"an interrupted run left {tmp_path / 'p.parquet.partial'}: "
+                                                "run it again with --resume to put all its files in place, or put the "
+                                                "model file back beside the features\n")
+    (tmp_path / "p.pca.npz").unlink()
     rc, _, err = run(capsys, "verify", out, "-q")
     assert rc == 1 and err.startswith(f"Error: the features of {out} were reduced by a PCA model that is not found "
                                       "(p.pca.npz, sha256 "), err

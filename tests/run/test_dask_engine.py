@@ -444,9 +444,9 @@ class TestProvenanceFromThePartsAlone:
         (tmp_path / "other.pca.npz").replace(model)
         capsys.readouterr()
         assert main(["verify", str(out), "--sample", "2"]) == 1
-        assert capsys.readouterr().err == (f"Error: the features of {out} were reduced by a PCA model that is not found "
-                                           f"(f.pca.npz, sha256 {sha[:12]}) - put the model file back beside the "
-                                           "features\n")
+        assert capsys.readouterr().err == (f"Error: {model} is not the PCA model that reduced the features of {out} "
+                                           f"(its sha256 {file_sha256(model)[:12]}, theirs {sha[:12]}) - put the model "
+                                           "file back beside the features\n")
 
 
 # --------------------------------------------------------------------------- faults
@@ -1671,3 +1671,32 @@ def test_a_stop_counts_the_parts_on_disk_as_kept(tmp_path):
     assert run.kept() == 5
     run.results = {i: {} for i in range(7)}  # counted, some of them resumed from files the glob does not see
     assert run.kept() == 7
+
+
+def test_a_script_without_a_main_guard_is_told_to_add_one(tmp_path):
+    """A script calling bertfeat.extract(engine="dask") at its top level, unguarded: each worker process of the local
+    cluster imports it (as __mp_main__) and ran the extract again, met the output's lock, and the run failed as
+    'RuntimeError: Nanny failed to start.' with a traceback (found by the combinations audit). Both processes now say
+    what to do: the worker's import is refused, and the run's error names the guard."""
+    import subprocess
+
+    from extract_util import tiny_model, write_csv
+
+    src = write_csv(tmp_path / "in.csv", ["text"], [["one text"], ["two texts"]])
+    script = tmp_path / "noguard.py"
+    script.write_text(f"import bertfeat\nbertfeat.extract({str(src)!r}, {str(tmp_path / 'o.parquet')!r}, "
+                      f"model={str(tiny_model())!r}, engine='dask', workers=1)\n")
+    p = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert p.returncode == 1
+    guard = ('call bertfeat.extract under `if __name__ == "__main__":` in the script (a local Dask cluster\'s worker '
+             "processes import it as they start, as every multiprocessing process does)")
+    assert ("BertfeatError: bertfeat.extract was called as a new process imported the script that runs it (a local "
+            f"Dask cluster's worker, a multiprocessing process) - {guard}") in p.stderr
+    assert p.stderr.rstrip().endswith(
+        "BertfeatError: the local Dask cluster's worker processes failed to start (Nanny failed to start; their own "
+        f"error is printed above) - from a Python script, {guard}; else see the workers' error"), p.stderr[-2000:]
+    assert not (tmp_path / "o.parquet").exists() and not list(tmp_path.glob("o.parquet.*"))
+    script.write_text(script.read_text().replace("import bertfeat\n", "import bertfeat\nif __name__ == '__main__':\n    "))
+    p = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert pq.read_table(tmp_path / "o.parquet").num_rows == 2
