@@ -208,7 +208,7 @@ def sweep(input: str | os.PathLike, sets=None, *, label: str | None = None, samp
     from .model.encoder import Encoder
     from .run.options import check, check_types, options_from
     from .run.outlock import output_lock
-    from .run.plan import check_pair_column
+    from .run.plan import check_label_column, check_pair_column
     from .readers import open_input
     from .checks import check_count, check_size, check_stride
 
@@ -237,6 +237,7 @@ def sweep(input: str | os.PathLike, sets=None, *, label: str | None = None, samp
                             delimiter=o.delimiter, keep=(label,) if label else (), label=label)
         try:
             check_pair_column(reader, o.text_column)
+            check_label_column(reader, label, o.text_column)
             enc = Encoder(o.model, precision=o.precision, threads=o.threads)
             tokenization = {name: getattr(o, name) for name in ("max_length", "long_text", "stride", "prompt",
                                                                  "prompt_name")}
@@ -480,17 +481,28 @@ def _pct(x: float) -> str:
     return f"{100 * x:.2f}"
 
 
+def _md(text, cell: bool = False) -> str:
+    """A name or value of the user's in the Markdown report: its control characters escaped (a file name holding ESC
+    or a line feed drove the terminal of whoever ran `cat` on it, or broke the heading), and in a table cell its '|'
+    too (GitHub's tables split a cell at one, inside a code span as well)."""
+    from .errors import visible
+
+    text = visible(str(text))
+    return text.replace("|", "\\|") if cell else text
+
+
 def render_markdown(report: dict) -> str:
     """The report as Markdown: the settings, then one table row per set."""
     probe = "label" in report
-    lines = [f"# Feature sets of {report['input']}", "",
-             f"Model {report['model']} ({report['precision']}, max length {report['max_length']}); {rows_said(report)}"
-             + (f"; label `{report['label']}`: {report['classes']} classes, {report['folds']}-fold ridge probe, "
+    lines = [f"# Feature sets of {_md(report['input'])}", "",
+             f"Model {_md(report['model'])} ({report['precision']}, max length {report['max_length']}); "
+             f"{_md(rows_said(report))}"
+             + (f"; label `{_md(report['label'])}`: {report['classes']} classes, {report['folds']}-fold ridge probe, "
                 f"majority class {_pct(report['majority_baseline'])} %" if probe else "") + ".", ""]
     counts = report.get("class_counts") or {}
     if 0 < len(counts) <= 20:  # which classes: a label " " or "a " beside "a" is a class of its own
-        lines += ["Classes (rows): " + ", ".join(f"{_class_name(v)} {c:,}" for v, c in counts.items()) + ".", ""]
-    lines += [f"Note: {note}." for note in report.get("notes", [])] + ([""] if report.get("notes") else [])
+        lines += ["Classes (rows): " + ", ".join(f"{_md(_class_name(v))} {c:,}" for v, c in counts.items()) + ".", ""]
+    lines += [f"Note: {_md(note)}." for note in report.get("notes", [])] + ([""] if report.get("notes") else [])
     head = ["set", "`bertfeat extract` options", "dim", "PCs for 90 %", "PCs for 95 %", "Minka MLE"]
     if probe:
         head += ["probe accuracy %", f"probe on {report['n_components']} PCs %"]
@@ -498,8 +510,8 @@ def render_markdown(report: dict) -> str:
     for e in report["sets"]:
         t = {x["fraction"]: x["components"] for x in e["thresholds"]}
         mle = e["suggestions"]["mle"]["components"]
-        row = [e["name"] + (" **best**" if report.get("best") == e["name"] else ""),
-               f"`{e['options']}`" if e["options"] else "(none: the model's own embedding)", str(e["dim"]),
+        row = [_md(e["name"], cell=True) + (" **best**" if report.get("best") == e["name"] else ""),
+               f"`{_md(e['options'], cell=True)}`" if e["options"] else "(none: the model's own embedding)", str(e["dim"]),
                str(t.get(0.9, "-")), str(t.get(0.95, "-")), "-" if mle is None else str(mle)]
         if probe:
             p = e["probe"]
@@ -507,7 +519,7 @@ def render_markdown(report: dict) -> str:
                     f"{_pct(p['accuracy_pca'])} ± {_pct(p['std_pca'])} ({p['components']})"]
         lines.append("| " + " | ".join(row) + " |")
     for s in report["skipped"]:
-        lines.append(f"\nSkipped {s['name']}: {s['why']}.")
+        lines.append(f"\nSkipped {_md(s['name'])}: {_md(s['why'])}.")
     return "\n".join(lines) + "\n"
 
 

@@ -177,7 +177,8 @@ def extract(
     if estimate:
         from ..run.estimate import render
 
-        render(summary, err_console if summary_json == "-" else out_console, err_console)  # stdout: the JSON alone
+        render(summary, err_console if summary_json == "-" else out_console, err_console,  # stdout: the JSON alone
+               table=not quiet)
     else:  # a stop from here on finds the outputs complete: _stopped says so, not a bare "Interrupted."
         _STOPPED["finished"] = _finished_note(summary, summary_json)
         if not quiet:

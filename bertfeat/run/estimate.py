@@ -464,8 +464,9 @@ def _pca_rows_warning(plan, accepted: int, d: int, approx: bool) -> str | None:
     return None
 
 
-def render(e: Estimate, console, err_console=None) -> None:
-    """The estimate as a table (rich) on ``console``, its warnings on ``err_console`` (default: the same)."""
+def render(e: Estimate, console, err_console=None, table: bool = True) -> None:
+    """The estimate as a table (rich) on ``console`` (``table`` False, --quiet: none), its warnings on
+    ``err_console`` (default: the same)."""
     from rich.table import Table
     from rich.text import Text
 
@@ -499,7 +500,8 @@ def render(e: Estimate, console, err_console=None) -> None:
                                                                is not None else ""))
     limit = f" ({e.memory_limit_source}: {mib(e.memory_limit_bytes)})" if e.memory_limit_bytes else ""
     t.add_row("memory at peak", f"~{mib(e.memory_peak_bytes)}{limit}")
-    console.print(t)
+    if table:
+        console.print(t)
     for w in e.warnings:
         (err_console or console).print(Text(visible(f"Warning: {w}")), soft_wrap=True)
 

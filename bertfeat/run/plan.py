@@ -256,6 +256,7 @@ def make_plan(options: ExtractOptions, client: Any = None) -> ExtractPlan:
     input_state = None if input == "-" else reader.identity(within_run=True)  # before a row is read (the header aside)
     input_identity = None if input_state is None else resume_identity(input_state)
     check_pair_column(reader, o.text_column)
+    check_label_column(reader, label, o.text_column)
     check_output_columns(reader, fmt)
     overwrite = bool(o.overwrite) or estimate is not False  # an estimate writes nothing: an existing output is fine
     layout = _output_layout(input, o.output, fmt, o.engine, pca is not None, reader, overwrite, o.resume, pca_model,
@@ -481,6 +482,18 @@ def check_pca_model(o: ExtractOptions, pca) -> Path | None:
         raise BertfeatError(f"{opt('pca')} and {opt('pca_model')} exclude each other",
                             f"give {opt('pca')} to fit a new PCA on this input, or {opt('pca_model')} to apply a fitted one")
     return o.checked("pca_model")
+
+
+def check_label_column(reader, label: str | None, text_column: str | None) -> None:
+    """The label must be another column than the text or pair column: the probe then predicted each text from its
+    own features, 100 % accuracy, without a word (found by the sweep audit; extract and sweep)."""
+    if label is None or label not in (reader.text_column, reader.pair_column):
+        return
+    which = "pair" if label == reader.pair_column and label != reader.text_column else "text"
+    auto = " (auto-detected)" if which == "text" and text_column is None else ""
+    raise BertfeatError(f"{reader.name}: {opt('label', label)} is the {which} column{auto}, so the probe would predict "
+                        "each row's text from its own features", f"give {opt('label')} the column that holds each "
+                        "row's class")
 
 
 def check_pair_column(reader, text_column: str | None) -> None:

@@ -330,6 +330,10 @@ def test_refusals(small, tmp_path, capsys, kw, python, cli):
      "Parquet output (wide=True) (one per feature) - rename the id column in the input, or write Parquet (not wide) or "
      "npy", "--id-column 'f0' clashes with the features' columns f0, f1, ... of a wide Parquet output (--wide) (one per "
      "feature) - rename the id column in the input, or write Parquet (not wide) or npy"),
+    (dict(label="text", pca=2), "{src}: label='text' is the text column (auto-detected), so the probe would predict "
+     "each row's text from its own features - give label the column that holds each row's class",
+     "{src}: --label text is the text column (auto-detected), so the probe would predict each row's text from its own "
+     "features - give --label the column that holds each row's class"),
     (dict(id_column="n_tokens"), "id_column='n_tokens' clashes with the output column 'n_tokens' - rename the id "
      "column in the input, or leave id_column out (the rows are then numbered)",
      "--id-column 'n_tokens' clashes with the output column 'n_tokens' - rename the id column in the input, or leave "

@@ -113,6 +113,13 @@ def test_cli_prints_the_estimate_and_writes_nothing(corpus, tmp_path, capsys):
     assert all(x.startswith("Warning: the machine was busy while the sample was timed") for x in stderr.splitlines())
     assert out.read_bytes() == b"an earlier run's output"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["f.parquet", "in.csv"]
+    # -q: no table ('No progress and no summary'; it printed the table whole: found by the sweep audit), the JSON yes
+    assert main(["extract", str(corpus), "-o", str(out), "--estimate", "--estimate-rows", "60", "-q",
+                 "--summary-json", str(tmp_path / "e.json")]) == 0
+    stdout, stderr = capsys.readouterr()
+    assert stdout == "" and all(x.startswith("Warning: the machine was busy") for x in stderr.splitlines())
+    assert json.loads((tmp_path / "e.json").read_text())["rows"] == 300
+    (tmp_path / "e.json").unlink()
     assert main(["extract", str(corpus), "--estimate-rows", "60"]) == 1
     assert capsys.readouterr().err == "Error: --estimate-rows applies to --estimate - add --estimate, or drop --estimate-rows\n"
     assert main(["extract", str(corpus), "--estimate", "--estimate-rows", "1"]) == 1
