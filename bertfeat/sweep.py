@@ -134,12 +134,14 @@ def _set_names(sets) -> list[str] | None:
     return names
 
 
-def _read_sample(reader, label: str | None, rows: int, seed: int, on_bad_row: str, bar=None) -> dict:
+def _read_sample(reader, label: str | None, rows: int, seed: int, on_bad_row: str, bar=None, refusals=None) -> dict:
     """A uniform sample of at most ``rows`` accepted (and, with a label, labelled) input rows, in input order:
-    {"chunk": chunks.Chunk of them, "labels", "rows_read", "rows_rejected", "rows_unlabelled"}."""
+    {"chunk": chunks.Chunk of them, "labels", "rows_read", "rows_rejected", "rows_unlabelled"}. ``refusals``: where
+    the Encoder may refuse rows (long_text error ...), chunk -> {position: Reason} of those it refuses, found as the
+    input is read (a sample drawn first and cut after held few rows: 1 of 3 asked, where 72 of 300 were usable)."""
     from .run.chunks import Chunk, Reservoir, validate_batch
     from .run.progress import NullProgress
-    from .readers.rejects import bad_row_error
+    from .readers.rejects import bad_row_error, reject
 
     bar = bar or NullProgress()
     sample = Reservoir(rows, seed)  # (row, text, pair, id, label) of accepted, labelled rows
@@ -149,6 +151,11 @@ def _read_sample(reader, label: str | None, rows: int, seed: int, on_bad_row: st
         chunk = validate_batch(b, 0)
         read += chunk.n_read
         bar.advance(chunk.n_read, 0, chunk.bytes_read)
+        refused = refusals(chunk) if refusals is not None and chunk.rows else {}
+        if refused:  # bad rows as extract finds them: the first in the input stops an on_bad_row='error' sweep
+            chunk.rejects = sorted(chunk.rejects + [reject(chunk.rows[i], None if chunk.ids is None else chunk.ids[i],
+                                                           why) for i, why in refused.items()], key=lambda r: r["row"])
+            chunk.select([i for i in range(len(chunk.rows)) if i not in refused])
         if chunk.rejects:
             if on_bad_row == "error":
                 raise bad_row_error(reader.row_label, chunk.rejects[0], "leave it out of the sweep", no_keep=True)
@@ -245,7 +252,7 @@ def sweep(input: str | os.PathLike, sets=None, *, label: str | None = None, samp
             chosen, skipped = parse_sets(sets if given else DEFAULT_SETS, enc, normalize=o.normalize, strict=given,
                                          shared=shared_options(o), **tokenization)
             tell(f"reading {reader.name} (a uniform sample of {sample:,} rows at most)")
-            drawn = _read_sample(reader, label, sample, seed, o.on_bad_row, bar)
+            drawn = _read_sample(reader, label, sample, seed, o.on_bad_row, bar, _refusals(enc, chosen[0].spec))
         finally:
             close = getattr(reader, "close", None)
             if close is not None:
@@ -268,23 +275,27 @@ def _compare(enc, chosen: list, skipped: list, drawn: dict, reader, label: str |
 
     chunk, labels = drawn["chunk"], drawn["labels"]
     source = reader.name
-    pc = prepare_chunk(enc, chosen[0].spec, chunk, reader.row_label, on_bad_row)
-    todo = pc.todo or []
-    labels = [labels[i] for i in todo]  # rows refused as too long (long_text error, skip) are left out
-    n = len(todo)
+    distinct, of_row = _distinct_rows(chunk)  # each text once, as extract encodes it (cache.reuse)
+    pc = prepare_chunk(enc, chosen[0].spec, distinct, reader.row_label, on_bad_row)
+    position = {u: k for k, u in enumerate(pc.todo or [])}  # a distinct row -> its vector's row
+    todo = [i for i, u in enumerate(of_row) if u in position]  # rows refused as too long (long_text error, skip): out
+    labels = [labels[i] for i in todo]
+    n, refused = len(todo), len(of_row) - len(todo)
     if n < 2:
-        _too_few_rows(source, n, drawn, len(pc.refused or {}), label)
+        _too_few_rows(source, n, drawn, refused, label)
     codes = fold = None
     if label is not None:
         codes, classes = label_codes(labels, label, source, folds)
         fold = stratified_folds(codes, folds, seed)
     if cache is None:
-        tell(f"encoding {n:,} rows once for {len(chosen)} feature sets")
-        with named_rows([chunk.rows[i] for i in todo], reader.row_label):
+        tell(f"encoding {len(position):,} rows once for {len(chosen)} feature sets")
+        with named_rows([distinct.rows[u] for u in pc.todo or []], reader.row_label):
             outs = _encode(enc, pc.prepared, [[s.spec for s in chosen]], bar)[0]
-        reuse = {"rows_encoded": n, "rows_cached": 0, "cache": None}
+        reuse = {"rows_encoded": len(position), "rows_cached": 0, "cache": None}
     else:
-        outs, reuse = _cached_sets(enc, chosen, chunk, todo, cache, tell, bar, reader.row_label)
+        outs, reuse = _cached_sets(enc, chosen, distinct, pc.todo or [], cache, tell, bar, reader.row_label)
+    rows_of = np.array([position[of_row[i]] for i in todo], dtype=np.int64)
+    outs = [X[rows_of] for X in outs]  # (n, d): a repeated text's rows share its one vector
     tell("comparing the sets")
     results = []
     for s, X in zip(chosen, outs):
@@ -304,7 +315,7 @@ def _compare(enc, chosen: list, skipped: list, drawn: dict, reader, label: str |
         "kind": REPORT_KIND, "bertfeat_version": __version__, "input": source, "model": enc.model_id,
         "weights_sha256": enc.weights_sha256, "precision": enc.precision, "max_length": chosen[0].spec.max_length,
         "long_text": chosen[0].spec.long_text, "prompt": chosen[0].spec.prompt, "rows_read": drawn["rows_read"],
-        "rows_rejected": drawn["rows_rejected"] + len(pc.refused or {}), "rows_unlabelled": drawn["rows_unlabelled"],
+        "rows_rejected": drawn["rows_rejected"] + refused, "rows_unlabelled": drawn["rows_unlabelled"],
         "rows": n, "seed": seed, **reuse, "sets": results, "skipped": skipped,
     }
     if codes is not None:
@@ -318,6 +329,34 @@ def _compare(enc, chosen: list, skipped: list, drawn: dict, reader, label: str |
                        "best": best_pca if ranked_on_pca else best_all, "ranked_on": "pca" if ranked_on_pca else "all",
                        "best_all": best_all, "best_pca": best_pca})
     return report
+
+
+def _refusals(enc, spec):
+    """chunk -> {position: Reason} of the rows the Encoder refuses (chunks.prepare_rows), where it may refuse any
+    (Encoder.refuses_rows: long_text error, tokens past its table, rows of no token); else None (nothing to look for)."""
+    if not enc.refuses_rows(spec):
+        return None
+    from .run.chunks import prepare_rows
+
+    return lambda chunk: prepare_rows(enc, spec, chunk.texts, chunk.pairs)[2]
+
+
+def _distinct_rows(chunk):
+    """The sample's rows of distinct (text, pair), each at its first row: -> (a Chunk of them, for each sample row
+    the position of its text there). A repeated text was encoded once per row, its copies a rounding apart on NumPy's
+    BLAS, and the PCA and probe measured that noise (20 rows of one text: 3 components for 90 %, where extract and
+    pca fit say 1: found by the sweep audit)."""
+    from .run.chunks import Chunk
+
+    first: dict = {}
+    of_row = [first.setdefault((t, None if chunk.pairs is None else chunk.pairs[i]), i)
+              for i, t in enumerate(chunk.texts)]
+    keep = list(first.values())  # (in row order: the first row of each text)
+    at = {i: k for k, i in enumerate(keep)}
+    pick = lambda values: None if values is None else [values[i] for i in keep]  # noqa: E731
+    distinct = Chunk(chunk.index, pick(chunk.rows), pick(chunk.texts), pick(chunk.pairs), pick(chunk.ids), [],
+                     len(keep))
+    return distinct, [at[i] for i in of_row]
 
 
 def _small_classes(classes: list, counts: np.ndarray, folds: int) -> list[str]:

@@ -658,3 +658,50 @@ def test_a_label_that_is_the_text_column_is_refused(small_csv, capsys):
     assert capsys.readouterr().err == (f"Error: {small_csv}: --label text is the text column (auto-detected), so the "
                                        "probe would predict each row's text from its own features - give --label the "
                                        "column that holds each row's class\n")
+
+
+def test_a_repeated_text_is_encoded_once_as_extract_encodes_it(tmp_path):
+    """A text repeated in the sample was encoded once per row: on NumPy's BLAS its copies came out a rounding apart,
+    and the PCA and probe measured that noise (20 rows of one text: 3 components for 90 %, where extract and pca fit
+    said 1; found by the sweep audit). Each distinct text is encoded once, as extract does, and the set's variance is
+    that of extract's features."""
+    from extract_util import tiny_model
+
+    from bertfeat.features import read_features
+    from bertfeat.pca.report import build_pca_report
+
+    path = tmp_path / "r.csv"
+    texts = [f"a short text about the number {i % 6}" for i in range(30)]
+    with open(path, "w", newline="", encoding="utf-8") as fh:
+        csv.writer(fh).writerows([["label", "text"], *([i % 2, t] for i, t in enumerate(texts))])
+    r = sweep(path, ["own"], label="label", model=tiny_model())
+    assert (r["rows"], r["rows_encoded"]) == (30, 6)
+    bertfeat_extract = __import__("bertfeat").extract
+    s = bertfeat_extract(str(path), str(tmp_path / "o.parquet"), model=tiny_model(), quiet=True)
+    assert (s.rows_encoded, s.rows_written) == (6, 30)
+    _, X, _ = read_features(tmp_path / "o.parquet")
+    want = build_pca_report(PCA(solver="covariance").fit(X), source={})["thresholds"]
+    assert r["sets"][0]["thresholds"] == want
+    assert want[0]["components"] <= 5  # 6 distinct rows: at most 5 components of variance
+
+
+def test_rows_the_model_refuses_are_left_out_before_the_sample_is_drawn(small_csv, tmp_path):
+    """--long-text error --on-bad-row skip: the sample was drawn first and its too-long rows cut after, so a sample of
+    3 held 1 row or none ('gave 1 usable row(s) for the sweep (300 read, 2 bad rows left out)') where extract wrote
+    72 (found by the sweep audit). The sample is drawn among the rows extract would encode, and the rows left out
+    are counted over the whole input, as extract counts them."""
+    from extract_util import tiny_model
+
+    kw = dict(model=tiny_model(), max_length=16, long_text="error", on_bad_row="skip")
+    s = __import__("bertfeat").extract(str(small_csv), str(tmp_path / "o.parquet"), quiet=True, **kw)
+    assert 3 < s.rows_written < 100 and s.rows_rejected > 20
+    r = sweep(small_csv, ["own"], sample=3, **kw)
+    assert (r["rows"], r["rows_read"], r["rows_rejected"]) == (3, 120, s.rows_rejected)
+    r = sweep(small_csv, ["own"], sample=1000, **kw)
+    assert (r["rows"], r["rows_rejected"]) == (s.rows_written, s.rows_rejected)
+    with pytest.raises(BertfeatError) as e:  # the first too-long row of the input, as extract names it
+        sweep(small_csv, ["own"], sample=3, **kw | {"on_bad_row": "error"})
+    with pytest.raises(BertfeatError) as f:
+        __import__("bertfeat").extract(str(small_csv), str(tmp_path / "e.parquet"), quiet=True,
+                                       **kw | {"on_bad_row": "error"})
+    assert e.value.what == f.value.what
