@@ -142,7 +142,7 @@ def _rss_peak() -> int:
 def _read(plan, sample: int, seed: int) -> dict:
     """The whole input once: {"rows", "bad", "first_bad", "texts", "pairs", "sample_rows" (the sample's: its rows'
     numbers in the input), "text_bytes" (per accepted
-    row), "kept_bytes" (its kept columns' values, per row), "distinct" (rows of distinct text), "distinct_sample" (a uniform
+    row), "kept_bytes" (its kept columns' values and text ids, per row), "distinct" (rows of distinct text), "distinct_sample" (a uniform
     sample of those, (text, pair) each), "seconds"}."""
     from .chunks import Reservoir, validate_batch
 
@@ -159,6 +159,8 @@ def _read(plan, sample: int, seed: int) -> dict:
         text_bytes += sum(len(t.encode("utf-8", errors="replace")) for t in chunk.texts)
         for values in (chunk.extra or {}).values():
             kept_bytes += sum(len(v) if isinstance(v, (str, bytes)) else 8 for v in values)
+        if chunk.ids is not None:  # a text id's bytes (an integer's are ROW_OVERHEAD's): 1,000-byte ids were left out
+            kept_bytes += sum(len(v) for v in chunk.ids if isinstance(v, (str, bytes)))
         rows_in = [(t, None if chunk.pairs is None else chunk.pairs[i]) for i, t in enumerate(chunk.texts)]
         reservoir.add(list(zip(chunk.rows, rows_in)))  # (the same draws as without the row numbers)
         distinct.add(rows_in)
@@ -380,7 +382,7 @@ def _sizes(plan, d: int, accepted: int, kept_bytes: float) -> dict:
     else:
         dim_out = d  # a variance fraction or mle: known after the fit; d is the most it can be
     output_bytes = accepted * (dim_out * feature_bytes(fmt, plan.dtype) + ROW_OVERHEAD[fmt] + kept_bytes)
-    parts_bytes = accepted * (d * 4 + ROW_OVERHEAD["parquet"])  # the partial directory's unreduced parts
+    parts_bytes = accepted * (d * 4 + ROW_OVERHEAD["parquet"] + kept_bytes)  # the partial directory's unreduced parts
     return {"dim_out": dim_out, "output_bytes": output_bytes, "parts_bytes": parts_bytes,
             "disk_peak": parts_bytes + output_bytes}
 

@@ -286,3 +286,19 @@ def test_a_pca_warning_counts_the_rows_left_after_bad_ones(tmp_path):
     e = bertfeat.extract(src, tmp_path / "o.parquet", model=tiny_model(), pca=3, on_bad_row="skip", estimate=True)
     assert e.warnings[0] == ("pca=3 needs at least 3 rows, the run has 2: the run stops after encoding them and writes "
                              "nothing; choose pca <= 2 or a fraction such as 0.95")
+
+
+def test_long_ids_are_in_the_output_size(tmp_path):
+    """1,000-character ids: the estimate's output size left them out (468,000 bytes estimated for a 775,704-byte
+    Parquet file, found by the sweep/estimate audit); the kept values were counted, the id not."""
+    import random
+
+    rng = random.Random(5)
+    rows = [["".join(rng.choice("0123456789abcdef") for _ in range(1000)), f"sentence number {i} of a few words"]
+            for i in range(200)]  # (random hex: no Parquet encoding makes them much smaller)
+    src = write_csv(tmp_path / "c.csv", ["id", "text"], rows)
+    e = bertfeat.extract(src, tmp_path / "o.parquet", model=tiny_model(), id_column="id", estimate=True)
+    bertfeat.extract(src, tmp_path / "o.parquet", model=tiny_model(), id_column="id", quiet=True)
+    size = (tmp_path / "o.parquet").stat().st_size
+    assert e.output_bytes >= 200 * 1000 and 0.6 * size <= e.output_bytes <= 1.5 * size + 20_000, (e.output_bytes, size)
+    assert e.disk_peak_bytes >= 2 * 200 * 1000  # the parts hold the ids too
