@@ -753,13 +753,18 @@ class DaskRun:
             self.completed = True
         if not self.opened:
             return e
+        if self.own_client and self.futures:  # the tasks running go on writing their parts (cancel cannot stop them):
+            self.close()  # our cluster closed first, the count of parts kept is the resume's (it said 5 of 7)
         return handle(e, self.failure(kind_of(e, (ClusterError,))), lambda: remove_directory(self.partial))
 
     def close(self) -> None:
+        """The progress stopped and our own cluster closed (once: failed may close it before counting the parts)."""
         if self.started:
             self.progress.stop()
+            self.started = False
         if self.own_client:
             close_cluster(self.client, self.cluster)
+            self.own_client = False
 
 
 def check_cache(plan, encoder, spec) -> tuple[tuple[str, dict], str | None]:

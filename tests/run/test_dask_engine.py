@@ -1700,3 +1700,25 @@ def test_a_script_without_a_main_guard_is_told_to_add_one(tmp_path):
     p = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert p.returncode == 0, p.stderr[-2000:]
     assert pq.read_table(tmp_path / "o.parquet").num_rows == 2
+
+
+class _InterruptAtFirstPartition(NullProgress):
+    """Ctrl-C on the client as the first partition's result comes in (the other tasks still running)."""
+
+    def advance(self, *a, **k):
+        raise KeyboardInterrupt
+
+
+def test_an_interrupt_counts_the_parts_the_running_tasks_still_wrote(data, tmp_path):
+    """The note counted the parts on disk when the stop came, and the tasks running then went on writing theirs:
+    'Interrupted: 5 partition(s) are kept' where the resume took 7 (found by the combinations audit). On a cluster the
+    run started itself, it is closed before the parts are counted: the note's count is the resume's."""
+    out = tmp_path / "f.parquet"
+    with pytest.raises(KeyboardInterrupt) as stopped:
+        bertfeat.extract(**_opts(data, out), engine="dask", workers=2, blocksize=None,
+                         progress=_InterruptAtFirstPartition())
+    note = stopped.value.resume_note
+    m = re.match(r"(\d+) partition\(s\) are kept in ", note)
+    assert m, note
+    s = bertfeat.extract(**_opts(data, out, resume=True), engine="dask", workers=2, blocksize=None)
+    assert s.chunks_resumed == int(m[1]) >= 1
