@@ -675,6 +675,7 @@ class VectorStore:
         self.corrupt = 0  # entries whose checksum failed (read as misses)
         self.read_only: str | None = None  # why this process may not write the cache (read, nothing stored), or None
         self.immutable = False  # read-only, its main file read alone without locks (_open_read_only)
+        self.not_shrunk: str | None = None  # why the last clear left the file as large (another process reads it ...)
         self._lock = threading.Lock()
         # id -> its fingerprints row (fingerprint, model, dim, settings, created): what get / put need, and what put
         # writes back after a concurrent clear
@@ -1092,16 +1093,18 @@ class VectorStore:
             if getattr(e, "readonly", None) is None:
                 raise
             raise self._read_only_clear(e.readonly) from None
-        self.shrunk = False
+        self.not_shrunk = "another process has the cache open, and later writes reuse the space"
         try:
             with self._lock:
                 self.db.execute("PRAGMA busy_timeout=2000")  # VACUUM needs the file to itself: wait a little, not 120 s
                 self.db.execute("VACUUM")
                 # the copy VACUUM made is in the -wal file until a checkpoint writes it back: one that cannot finish
                 # (another process reads an older snapshot) leaves the file larger than before for now
-                self.shrunk = self.db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0] == 0
-        except sqlite3.Error:  # another process reads it: the space is reused by later writes instead
-            pass
+                if self.db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0] == 0:
+                    self.not_shrunk = None
+        except sqlite3.Error as e:  # another process reads it: the space is reused by later writes instead
+            if "locked" not in str(e) and "busy" not in str(e):  # a full disk (VACUUM copies the file) ...: its words
+                self.not_shrunk = f"{e}; later writes reuse the space"
         return n
 
     def _read_only_clear(self, why: str) -> CacheError:
@@ -1212,8 +1215,15 @@ def _stored_settings(text) -> dict | None:
 
 
 def _stored_time(value) -> float | None:
-    """A fingerprint row's time as stored, or None where the row is damaged (text, bytes: SQLite keeps any type)."""
-    return value if isinstance(value, (int, float)) and math.isfinite(value) else None
+    """A fingerprint row's time as stored, or None where the row is damaged: text, bytes (SQLite keeps any type), a
+    number no date has (one bit flipped: 2.4e163)."""
+    if not isinstance(value, (int, float)) or not math.isfinite(value):
+        return None
+    try:
+        time.gmtime(value)
+    except (OverflowError, OSError, ValueError):
+        return None
+    return value
 
 
 def settings_line(s: dict | None, fingerprint: str = "ID") -> str:
@@ -1264,7 +1274,7 @@ def cache_info(directory) -> dict:
 def clear_cache(directory, fingerprint: str | None = None) -> dict:
     """``bertfeat cache clear``: every entry, or one fingerprint's (one transaction), -> entries deleted, the size
     on disk before and after, and whether the file shrank (not while another process has it open: its space is then
-    reused by later writes, and its -wal file has grown by the deletion)."""
+    reused by later writes, and its -wal file has grown by the deletion: ``not_shrunk`` says why)."""
     # before this connection adds its own -shm / -wal files; the path checked first (a NUL in it: one line)
     before = _size_on_disk(local_path(directory, "cache") / DB_NAME)
     store = open_existing_cache(directory)
@@ -1272,4 +1282,5 @@ def clear_cache(directory, fingerprint: str | None = None) -> dict:
         n = store.clear(fingerprint)
     finally:
         store.close()
-    return {"deleted": n, "size_before": before, "size_after": store.size_on_disk(), "shrunk": store.shrunk}
+    return {"deleted": n, "size_before": before, "size_after": store.size_on_disk(), "shrunk": store.not_shrunk is None,
+            "not_shrunk": store.not_shrunk}

@@ -62,7 +62,6 @@ def clear_command(directory: str = typer.Argument(..., help="The cache directory
     if quiet:
         return
     size = (f"{_size(d['size_before'])} -> {_size(d['size_after'])} on disk" if d["shrunk"] else
-            f"{_size(d['size_after'])} on disk, not shrunk: another process has the cache open, and later writes reuse "
-            "the space")
+            f"{_size(d['size_after'])} on disk, not shrunk: {d['not_shrunk']}")
     err_console.print(f"deleted {d['deleted']:,} entries from {directory} ({size})", markup=False, highlight=False,
                       soft_wrap=True)

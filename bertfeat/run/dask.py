@@ -496,7 +496,7 @@ class DaskRun:
         the partitions: a few per task slot of the cluster (a resumed run keeps the interrupted run's cut)."""
         plan, partial = self.plan, self.partial
         if self.own_client:
-            self.client, self.cluster = open_client(plan.dask)
+            self.client, self.cluster = open_client(plan.dask, scripted=plan.options.command is None)
         client = self.client
         self.threads = plan.options.threads or worker_threads(client, plan.dask.scheduler or "")
         # without a cache, or beside one it may not write: the run's duplicates store, shared by this machine's workers

@@ -72,8 +72,9 @@ def routed_logs():
             logger.handlers, logger.propagate = handlers, propagate
 
 
-def open_client(dask):
-    """The plan's cluster (plan.DaskSettings): -> (client, the LocalCluster we started or None)."""
+def open_client(dask, scripted: bool = False):
+    """The plan's cluster (plan.DaskSettings): -> (client, the LocalCluster we started or None). ``scripted``: run
+    from Python (bertfeat.extract), not the command line: a local cluster's workers import the script."""
     import logging
 
     from distributed import Client, LocalCluster
@@ -116,10 +117,10 @@ def open_client(dask):
                 raise
             from .options import MAIN_GUARD_FIX
 
+            fix = "see the workers' error above (a memory limit, a package the workers cannot import ...)"
             raise BertfeatError(f"the local Dask cluster's worker processes failed to start ({str(e).rstrip('.')}; "
-                                "their own error is "
-                                "printed above)", f"from a Python script, {MAIN_GUARD_FIX}; else see the workers' "
-                                "error") from None
+                                "their own error is printed above)",
+                                f"from a Python script, {MAIN_GUARD_FIX}; else {fix}" if scripted else fix) from None
     try:
         return Client(cluster), cluster
     except BaseException:  # a Ctrl-C as the client connects: the cluster is the run's to close

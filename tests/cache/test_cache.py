@@ -1277,7 +1277,7 @@ def test_cache_info_shows_a_fingerprint_whose_last_use_is_damaged(tmp_path, caps
                                          "in the cache is damaged)")
     rc, out, err = run(capsys, "cache", "info", cache, "--json")
     assert (rc, err) == (0, "")
-    assert json.loads(out)["fingerprints"][0]["last_used"] == (last_used if isinstance(last_used, float) else None)
+    assert json.loads(out)["fingerprints"][0]["last_used"] is None
 
 
 @pytest.mark.parametrize("side", ["-wal", "-shm"])

@@ -1694,7 +1694,8 @@ def test_a_script_without_a_main_guard_is_told_to_add_one(tmp_path):
             f"Dask cluster's worker, a multiprocessing process) - {guard}") in p.stderr
     assert p.stderr.rstrip().endswith(
         "BertfeatError: the local Dask cluster's worker processes failed to start (Nanny failed to start; their own "
-        f"error is printed above) - from a Python script, {guard}; else see the workers' error"), p.stderr[-2000:]
+        f"error is printed above) - from a Python script, {guard}; else see the workers' error above (a memory limit, a "
+        "package the workers cannot import ...)"), p.stderr[-2000:]
     assert not (tmp_path / "o.parquet").exists() and not list(tmp_path.glob("o.parquet.*"))
     script.write_text(script.read_text().replace("import bertfeat\n", "import bertfeat\nif __name__ == '__main__':\n    "))
     p = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300, cwd=tmp_path)
