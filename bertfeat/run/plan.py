@@ -16,7 +16,6 @@ import contextlib
 import dataclasses
 import inspect
 import os
-import re
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -436,7 +435,9 @@ def check_id_name(id_column: str | None, fmt: str, wide: bool) -> None:
         raise BertfeatError(f"{shown} clashes with the output column '{id_column}'",
                             f"rename the id column in the input, or leave {opt('id_column')} out (the rows are then "
                             "numbered)")
-    if numbered_features(fmt, wide) and re.fullmatch(r"f(0|[1-9]\d*)", id_column):  # the features' columns (f007 is none of them)
+    from ..features.base import WIDE_COLUMN_RE  # (the writer's names of the feature columns)
+
+    if numbered_features(fmt, wide) and WIDE_COLUMN_RE.match(id_column):  # the features' columns (f007 is none of them)
         where = "a CSV output" if fmt == "csv" else f"a wide Parquet output ({opt('wide', True)})"
         raise BertfeatError(f"{shown} clashes with the features' columns f0, f1, ... of {where} (one per feature)",
                             "rename the id column in the input, or write Parquet (not wide) or npy")
@@ -457,6 +458,8 @@ def check_keep(pairs: list, fmt: str, id_column: str | None, wide: bool) -> tupl
                             f"use {opt('format', 'parquet')} or {opt('format', 'csv')}, or drop {opt('keep')}")
     id_name = id_column or "row"
     wide_columns = numbered_features(fmt, wide)
+    from ..features.base import WIDE_COLUMN_RE  # (the writer's names of the feature columns)
+
     for n in names:
         if n == id_name and id_column:
             raise BertfeatError(f"{opt('keep')} '{n}' is the id column ({opt('id_column', n)})",
@@ -467,7 +470,7 @@ def check_keep(pairs: list, fmt: str, id_column: str | None, wide: bool) -> tupl
         if n in OUTPUT_COLUMNS:
             raise BertfeatError(f"{opt('keep')} '{n}' clashes with the output column '{n}'",
                                 f"rename the input column, or drop it from {opt('keep')}")
-        if wide_columns and re.fullmatch(r"f(0|[1-9]\d*)", n):  # the features' columns (f007 is none of them)
+        if wide_columns and WIDE_COLUMN_RE.match(n):  # the features' columns (f007 is none of them)
             raise BertfeatError(f"{opt('keep')} '{n}' clashes with the features' columns f0, f1, ... (one per feature; "
                                 "how many is known once the model loads)",
                                 f"rename the input column, or drop it from {opt('keep')}")
