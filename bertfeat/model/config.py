@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import stat
@@ -144,6 +145,21 @@ MODERNBERT_FIELDS = ("layer_types", "global_rope_theta", "local_rope_theta", "lo
                      "mlp_bias", "norm_bias", "classifier_activation", "classifier_bias", "decoder_bias")
 MODERNBERT_LAYER_TYPES = ("full_attention", "sliding_attention")
 ACT_NAMES = {"distilbert": "activation", "modernbert": "hidden_activation"}  # hidden_act as config.json names it
+#: transformers 5's config class defaults (under BertConfig's names, ModernBERT's norm_eps under its own) where they differ from BERT's: a config.json
+#: without the key is read as transformers reads it. The head count changes no weight's shape, so BERT's 12 in place
+#: of ELECTRA's 4 gave wrong vectors that no shape check caught. (pad_token_id: RoBERTa's in from_dict; MPNet's and
+#: ModernBERT's are not read by their forward passes.)
+FAMILY_DEFAULTS = {
+    "roberta": {"vocab_size": 50265},
+    "electra": {"hidden_size": 256, "num_attention_heads": 4, "intermediate_size": 1024, "embedding_size": 128},
+    "distilbert": {"num_hidden_layers": 6},
+    "mpnet": {"vocab_size": 30527},
+    "modernbert": {"vocab_size": 50368, "num_hidden_layers": 22, "intermediate_size": 1152,
+                   "max_position_embeddings": 8192, "norm_eps": 1e-5},  # (its own name: modernbert_fields renames)
+}
+#: the families whose position embeddings follow position_embedding_type (BertEmbeddings' and its copies'); DistilBERT,
+#: MPNet and ModernBERT have no such setting, and transformers leaves the key unread there
+POSITION_TYPE_FAMILIES = ("bert", "electra") + ("roberta", "xlm-roberta", "camembert")
 _POSITIVE_INTS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
                   "max_position_embeddings", "type_vocab_size", "relative_attention_num_buckets")
 
@@ -277,11 +293,12 @@ class BertConfig:
             )
         if model_type == "distilbert":
             d = distilbert_fields(d)
+        d = {**FAMILY_DEFAULTS.get(model_type, {}), **d}  # (ModernBERT's layer count before modernbert_fields reads it)
         if model_type in MODERNBERT_TYPES:
             d = modernbert_fields(d, source)
         check_nulls(d, model_type, source)
-        pos = d.get("position_embedding_type", "absolute")
-        if pos != "absolute":
+        pos = d.get("position_embedding_type") if model_type in POSITION_TYPE_FAMILIES else None
+        if pos not in (None, "absolute"):  # (null: transformers 5 runs absolute positions)
             raise ConfigError(
                 f"{source}: position_embedding_type '{pos}' is not supported",
                 "only absolute position embeddings are implemented; use a checkpoint with "
@@ -315,8 +332,8 @@ class BertConfig:
             fields["pad_token_id"] = 1
         check_pad_token_id(fields.get("pad_token_id", 0), fields.get("vocab_size", cls.vocab_size), source)
         eps = fields.get("layer_norm_eps", 1e-12)
-        if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not 0 < eps < 1:
-            raise ConfigError(f"{source}: layer_norm_eps must be a small positive number, not {eps!r}",
+        if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not 0 < eps < math.inf:  # (2.0: legal, and run)
+            raise ConfigError(f"{source}: layer_norm_eps must be a positive number, not {eps!r}",
                               "restore config.json from the checkpoint")
         try:
             cfg = cls(**fields)

@@ -64,8 +64,10 @@ def test_supported_acts(act):
     ({"pad_token_id": 1.5}, ["pad_token_id must be an integer of at least 0, not 1.5"]),
     ({"vocab_size": True}, ["vocab_size must be a positive integer, not True"]),
     ({"intermediate_size": 3072.5}, ["intermediate_size must be a positive integer"]),
-    ({"layer_norm_eps": "1e-12"}, ["layer_norm_eps must be a small positive number"]),
-    ({"layer_norm_eps": 0}, ["layer_norm_eps must be a small positive number"]),
+    ({"layer_norm_eps": "1e-12"}, ["layer_norm_eps must be a positive number"]),
+    ({"layer_norm_eps": 0}, ["layer_norm_eps must be a positive number"]),
+    ({"layer_norm_eps": -1e-5}, ["layer_norm_eps must be a positive number"]),
+    ({"layer_norm_eps": float("inf")}, ["layer_norm_eps must be a positive number"]),
 ])
 def test_unsupported_configs(d, words):
     with pytest.raises(ConfigError) as e:
@@ -74,6 +76,73 @@ def test_unsupported_configs(d, words):
     assert msg.startswith("x/config.json: ") and " - " in msg and "\n" not in msg
     for w in words:
         assert w in msg
+
+
+#: (family, config.json without the key, the key under BertConfig's name, transformers 5's default)
+FAMILY_DEFAULTS = [("electra", "num_attention_heads", "num_attention_heads", 4),
+                   ("electra", "hidden_size", "hidden_size", 256),
+                   ("electra", "intermediate_size", "intermediate_size", 1024),
+                   ("electra", "embedding_size", "embedding_size", 128),
+                   ("distilbert", "n_layers", "num_hidden_layers", 6),
+                   ("roberta", "vocab_size", "vocab_size", 50265),
+                   ("xlm-roberta", "vocab_size", "vocab_size", 30522),
+                   ("mpnet", "vocab_size", "vocab_size", 30527),
+                   ("modernbert", "num_hidden_layers", "num_hidden_layers", 22),
+                   ("modernbert", "intermediate_size", "intermediate_size", 1152),
+                   ("modernbert", "norm_eps", "layer_norm_eps", 1e-5),
+                   ("modernbert", "max_position_embeddings", "max_position_embeddings", 8192),
+                   ("modernbert", "vocab_size", "vocab_size", 50368)]
+
+
+@pytest.mark.parametrize("family,key,ours,default", FAMILY_DEFAULTS, ids=[f"{f}-{k}" for f, k, _, _ in FAMILY_DEFAULTS])
+def test_a_key_left_out_is_the_familys_transformers_default(family, key, ours, default):
+    """A config.json without a key is read as transformers 5 reads it: the family's config class default, not BERT's
+    (ELECTRA without num_attention_heads ran 12 heads where transformers runs 4: every vector wrong, no shape
+    refused). The table is checked against transformers' own classes in test_family_defaults_are_transformers."""
+    d = {"model_type": family, **FAMILY_CONFIGS[family]}
+    d.pop(key, None)
+    if family == "modernbert":
+        d["pad_token_id"] = 0  # (its transformers default, 50283, is past this small vocabulary)
+        d["global_attn_every_n_layers"] = 1
+    assert getattr(BertConfig.from_dict(d), ours) == default
+    if family == "modernbert" and key == "num_hidden_layers":  # its layer types were made for 22 layers, then 12 ran
+        assert len(BertConfig.from_dict(d).layer_types) == 22
+
+
+def test_family_defaults_are_transformers():
+    """bertfeat's defaults for a key config.json leaves out, for every family and every setting it reads, against
+    transformers' config classes (the table transformers is not imported for at run time)."""
+    transformers = pytest.importorskip("transformers", reason="transformers is the reference for the defaults")
+    classes = {"bert": "BertConfig", "roberta": "RobertaConfig", "xlm-roberta": "XLMRobertaConfig",
+               "camembert": "CamembertConfig", "electra": "ElectraConfig", "distilbert": "DistilBertConfig",
+               "mpnet": "MPNetConfig", "modernbert": "ModernBertConfig"}
+    keys = {"vocab_size": "vocab_size", "hidden_size": "hidden_size", "num_hidden_layers": "num_hidden_layers",
+            "num_attention_heads": "num_attention_heads", "intermediate_size": "intermediate_size",
+            "max_position_embeddings": "max_position_embeddings", "layer_norm_eps": "layer_norm_eps",
+            "embedding_size": "embedding_size", "hidden_act": "hidden_act"}
+    theirs_names = {"distilbert": {"intermediate_size": "hidden_dim", "hidden_act": "activation"},
+                    "modernbert": {"layer_norm_eps": "norm_eps", "hidden_act": "hidden_activation"}}
+    for family, name in classes.items():
+        ref = getattr(transformers, name)()
+        ours = BertConfig.from_dict({"model_type": family, "pad_token_id": 0})
+        for k in keys:
+            theirs = getattr(ref, theirs_names.get(family, {}).get(k, k), None)
+            if theirs is None or (family == "distilbert" and k == "layer_norm_eps"):
+                continue  # not a setting of the family (DistilBERT's modules fix eps at 1e-12)
+            assert getattr(ours, k) == theirs, (family, k)
+
+
+def test_position_embedding_type_is_read_where_the_family_has_it():
+    """DistilBERT, MPNet and ModernBERT have no position_embedding_type (transformers leaves it unread): a stray one
+    is no reason to refuse the model. null in a BERT config.json is absolute positions, as transformers 5 runs it.
+    A layer_norm_eps of 1 or more is legal and runs (transformers takes it)."""
+    for family in ("distilbert", "mpnet", "modernbert"):
+        d = {"model_type": family, **FAMILY_CONFIGS[family], "position_embedding_type": "relative_key"}
+        assert BertConfig.from_dict(d).model_type == family
+    assert BertConfig.from_dict({"position_embedding_type": None}) == BertConfig()
+    assert BertConfig.from_dict({"layer_norm_eps": 2.0}).layer_norm_eps == 2.0
+    with pytest.raises(ConfigError, match="position_embedding_type 'relative_key' is not supported"):
+        BertConfig.from_dict({"model_type": "electra", "position_embedding_type": "relative_key"})
 
 
 _BERT = {"vocab_size": 100, "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,

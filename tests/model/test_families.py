@@ -280,6 +280,36 @@ def test_distilbert_bert_names_win_as_transformers_attribute_map(real_sentences,
         Encoder(d)
 
 
+def test_a_key_config_json_leaves_out_is_transformers_family_default(real_sentences, tmp_path):
+    """ELECTRA's config.json without num_attention_heads: transformers' ElectraConfig runs 4 heads, bertfeat ran BERT's
+    12, which changes no weight's shape (so nothing was refused) but every vector. Sharper queries and keys make the
+    head count show."""
+    from safetensors.numpy import load_file, save_file
+
+    d = family_checkpoint(tmp_path / "electra", "electra", hidden_size=48)  # 48: 4 heads of 12 or 12 of 4
+    w = load_file(str(d / "model.safetensors"))
+    for k in w:
+        if ".attention.self.query.weight" in k or ".attention.self.key.weight" in k:
+            w[k] = w[k] * 6
+    save_file(w, str(d / "model.safetensors"), metadata={"format": "pt"})
+    cfg = json.loads((d / "config.json").read_text())
+    assert cfg.pop("num_attention_heads") == 4
+    (d / "config.json").write_text(json.dumps(cfg))
+    enc, ref = Encoder(d), reference(d)
+    assert enc.config.num_attention_heads == ref.config.num_attention_heads == 4
+    batch = list(real_sentences[:12])
+    t = enc.tokenizer.encode(batch, max_length=enc.max_length)
+    ids, types, mask = pad_batch(t.ids, t.type_ids, enc.tokenizer.pad_id)
+    L = enc.config.num_hidden_layers
+    fwd = bert_forward(enc.weights, ids, types, mask, keep=(L,))
+    with torch.no_grad():
+        o = ref(input_ids=torch.tensor(ids, dtype=torch.long), attention_mask=torch.tensor(mask))
+    real = mask.astype(bool)
+    diff = np.abs(fwd.hidden[L][real] - o.last_hidden_state.numpy()[real]).max()
+    print(f"\nELECTRA without num_attention_heads: max |diff| {diff:.2e}")
+    assert diff <= 2e-4  # (the sharper softmax rounds further than TOL)
+
+
 @pytest.mark.parametrize("family", FAMILIES)
 def test_long_text_chunks_with_the_family_max_length(family, real_sentences):
     """chunk-mean: windows framed by the family's CLS / SEP, up to its own max length; the row is the
