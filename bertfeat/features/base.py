@@ -82,6 +82,34 @@ def check_float16_range(X: np.ndarray, ids: Any = None, first_row: int = 0) -> N
                         f"write float32 features ({opt('dtype', 'float32')})")
 
 
+FLOAT32_MAX = float(np.finfo(np.float32).max)
+FLOAT32_TINY = float(np.finfo(np.float32).tiny)
+
+
+def check_float32_range(X: np.ndarray, ids: Any = None, first_row: int = 0, where: str = "") -> None:
+    """Refuse float64 features (m, d) that float32, the type feature files hold, cannot: a value beyond its largest
+    (it would become inf), or a row whose values are all below its smallest normal value but not all 0 (they would
+    lose their digits or become 0); naming the first such row as check_float16_range does, after ``where``. (A float64
+    feature file reduced by ``pca transform`` wrote inf, or zeros, without a word.)"""
+    mag = np.abs(X)
+    over = mag > FLOAT32_MAX
+    top = mag.max(axis=1) if X.shape[1] else np.zeros(X.shape[0])
+    under = (top > 0) & (top < FLOAT32_TINY)
+    if not over.any() and not under.any():
+        return
+    fix = ("scale the features into float32's range (or transform them in Python with bertfeat.PCA, which keeps "
+           "float64)")
+    if over.any():
+        i, j = (int(v) for v in np.argwhere(over)[0])
+        what = f"the value {float(X[i, j]):g} (column {j}) is beyond float32's largest value {FLOAT32_MAX:g}"
+    else:
+        i = int(np.argmax(under))
+        what = (f"its values are all below float32's smallest normal value {FLOAT32_TINY:g} (the largest "
+                f"{float(top[i]):g}): as float32 they would lose their digits or become 0")
+    ident = "" if ids is None else f" (id {_id_at(ids, i)!r})"
+    raise BertfeatError(f"{where}row {first_row + i}{ident}: {what}", fix)
+
+
 def _id_at(ids: Any, i: int) -> Any:
     value = ids[i]
     return value.as_py() if isinstance(value, pa.Scalar) else value.item() if isinstance(value, np.generic) else value

@@ -23,6 +23,7 @@ from .base import (
     WriteSpec,
     check_dtype,
     check_float16_range,
+    check_float32_range,
     dumps_metadata,
     provenance_path,
     to_arrow,
@@ -124,6 +125,8 @@ class FeatureWriter:
             raise BertfeatError(
                 f"feature chunk has shape {X.shape}, expected (rows, {self.dim})", f"pass a 2-D array with {self.dim} columns"
             )
+        if X.dtype.kind == "f" and X.dtype.itemsize > 4:  # float64 (pca transform of float64 features): no inf, no 0
+            check_float32_range(X, ids, self.rows)
         X = np.ascontiguousarray(X, dtype=np.float32)
         if self.dtype == "float16":
             check_float16_range(X, ids, self.rows)

@@ -17,6 +17,7 @@ import pyarrow as pa
 from ..errors import BertfeatError, opt
 from ..features import FeatureWriter, feature_fingerprint, feature_format, open_features, read_features
 from ..features.registry import an_output, unwritable
+from ..features.base import check_float32_range
 from .estimator import AUTO_COVARIANCE_MAX_FEATURES, PCA
 from .file import file_sha256  # (defined beside the model file's reader, which PCA.load hashes with)
 from .validation import rows_of as _rows_of
@@ -285,7 +286,8 @@ def reduce_features_file(
             if writer is None:
                 writer = _open_writer(dst, fmt, pca.n_components_, src, meta, ids, extras, dtype)
             with _rows_of(src, ids, seen):
-                Y = pca.transform_rows(X, row_offset=seen).astype(np.float32, copy=False)
+                Y = pca.transform_rows(X, row_offset=seen)
+            check_float32_range(Y, ids if src.id_name else None, seen, where=f"{src.path} reduced by the PCA: ")  # (written as float32)
             writer.write(ids, Y, extras)
             seen += X.shape[0]
             if on_batch:

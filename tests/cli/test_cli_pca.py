@@ -923,6 +923,30 @@ def test_a_float64_feature_file_is_fitted_and_transformed_as_written(tmp_path, c
     np.testing.assert_allclose(Y, sk.transform(X), atol=1e-6)
 
 
+@pytest.mark.filterwarnings("error::RuntimeWarning")
+@pytest.mark.parametrize("scale,words", [
+    (1e150, "row 0: the value {v:g} (column 0) is beyond float32's largest value 3.40282e+38"),
+    (1e-100, "row 0: its values are all below float32's smallest normal value 1.17549e-38 (the largest {v:g}): as "
+             "float32 they would lose their digits or become 0")])
+def test_float64_features_whose_projection_float32_cannot_hold_are_refused(tmp_path, capsys, scale, words):
+    """A float64 feature file fitted and reduced at a scale float32 cannot hold: pca transform wrote inf (1e150) or
+    zeros (1e-100), exit 0, with NumPy's overflow warning. The reduced file holds float32, so it is refused, naming
+    the file and the row, and nothing is written."""
+    X = np.random.default_rng(0).standard_normal((40, 8)) * scale
+    src, model, out = tmp_path / "f.npy", tmp_path / "m.npz", tmp_path / "r.npy"
+    np.save(src, X)
+    assert _run_main(["pca", "fit", str(src), "-n", "4", "-o", str(model), "-q"]) == 0
+    Y = PCA.load(model).transform(X)
+    capsys.readouterr()
+    assert _run_main(["pca", "transform", str(src), "--pca-model", str(model), "-o", str(out), "-q"]) == 1
+    v = Y[0, 0] if scale > 1 else np.abs(Y[0]).max()
+    assert capsys.readouterr().err == (f"Error: {src} reduced by the PCA: {words.format(v=v)} - scale the features "
+                                       "into float32's range (or transform them in Python with bertfeat.PCA, which "
+                                       "keeps float64)\n")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["f.npy", "m.npz", "m.report.json", "m.report.md",
+                                                          "m.report.png"]
+
+
 @pytest.mark.parametrize("fmt", ["parquet", "csv"])
 def test_fit_warns_when_the_file_holds_fewer_rows_than_its_provenance_wrote(tmp_path, features, capsys, fmt):
     """A feature file cut at a row's end (a copy stopped short; `head` of a CSV beside its .json) was fitted as if
