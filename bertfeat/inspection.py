@@ -359,7 +359,14 @@ def _plot_attention(tokens, attn, path, layer, head, title) -> Path:
 
 def save_attention_npy(attn: np.ndarray, path: str | Path) -> Path:
     """The raw (layers, heads, T, T) float32 array as .npy, written atomically."""
-    return atomic_write(path, lambda fh: np.save(fh, np.asarray(attn, dtype=np.float32)))
+    return atomic_write(path, lambda fh: _write_npy(fh, np.ascontiguousarray(attn, dtype=np.float32)))
+
+
+def _write_npy(fh, a: np.ndarray) -> None:
+    """np.save's bytes through the file's own write: np.save's tofile reports a short write (a full disk, ulimit -f)
+    as '276768 requested and 51168 written', with no errno to say which."""
+    np.lib.format.write_array_header_1_0(fh, np.lib.format.header_data_from_array_1_0(a))
+    fh.write(memoryview(a).cast("B"))
 
 
 def write_attention(text: str, output: str | Path, pair: str | None = None, model: str | None = None, layer: int = -1,
@@ -427,13 +434,16 @@ def _check_attention_outputs(output, save_npy) -> None:
 
 
 def _write_attention(text, output, pair, model, layer, head, save_npy, max_length, encoder, precision) -> dict:
+    from .atomic import together
+
     enc = _encoder(model, max_length, encoder, precision)
     c = enc.config
     layer_i, head_i = check_layer_head(c.num_hidden_layers, c.num_attention_heads, layer, head)
     tokens, attn = attention_maps(text, pair, max_length=max_length, encoder=enc)
     what = f"head {head_i}" if head_i is not None else f"all {c.num_attention_heads} heads"
-    png = plot_attention(tokens, attn, output, layer_i, head_i, title=f"{enc.model_id}: layer {layer_i}, {what}")
-    npy = save_attention_npy(attn, save_npy) if save_npy is not None else None
+    with together():  # both files or neither: a failed .npy left a new (or replaced) PNG behind
+        png = plot_attention(tokens, attn, output, layer_i, head_i, title=f"{enc.model_id}: layer {layer_i}, {what}")
+        npy = save_attention_npy(attn, save_npy) if save_npy is not None else None
     return {
         "model": enc.model_id,
         "layer": layer_i,

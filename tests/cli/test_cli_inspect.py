@@ -237,6 +237,37 @@ def test_attention_existing_outputs_name_their_option(capsys, tmp_path):
     assert rc == 0 and png_size(png) == (800, 800) and np.load(npy).shape[:2] == (6, 12)
 
 
+def test_attention_npy_is_np_saves_bytes_and_a_failed_one_writes_neither_file(capsys, tmp_path, monkeypatch):
+    """A --save-npy that failed (a full disk, ulimit -f) left the new PNG in place (or the old one replaced), exit 1,
+    and said '276768 requested and 51168 written', naming no file and no cause (np.save's short write). Now both
+    files or neither, and the .npy's error is the file system's, with the file."""
+    import errno
+    import io
+
+    import bertfeat.inspection as inspection
+
+    png, npy = tmp_path / "attn.png", tmp_path / "attn.npy"
+    rc, _, _ = run(capsys, "attention", "old text", "-o", png, "--save-npy", npy)
+    buf = io.BytesIO()
+    np.save(buf, attention_maps("old text")[1])
+    assert rc == 0 and npy.read_bytes() == buf.getvalue()  # the same bytes as np.save's
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+
+    def full(fh, a):
+        fh.write(b"\x93NUMPY")
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(inspection, "_write_npy", full)
+    rc, out, err = run(capsys, "attention", "a new text", "-o", png, "--save-npy", npy, "--overwrite")
+    assert (rc, out, err) == (1, "", f"Error: {npy}: no space left on the device - free disk space or write elsewhere "
+                                     "(another -o, or redirect the output), then rerun\n")
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before
+    fresh = tmp_path / "new"
+    fresh.mkdir()
+    rc, _, _ = run(capsys, "attention", "x", "-o", fresh / "a.png", "--save-npy", fresh / "a.npy")
+    assert rc == 1 and list(fresh.iterdir()) == []
+
+
 def test_attention_quiet_prints_nothing_and_writes_the_same_files(capsys, tmp_path):
     """-q as pca transform's: nothing on success (the `wrote` lines went to stderr with no way to silence them)."""
     png, npy = tmp_path / "q.png", tmp_path / "q.npy"
