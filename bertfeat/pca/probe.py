@@ -190,14 +190,20 @@ def probe_file(pca, features: str | os.PathLike, label: str, *, ks: Sequence[int
     src = sources[0]
     d, k = int(pca.n_features_in_), int(pca.n_components_)
     entry = src.meta.get("pca") or {}
-    reduced = bool(entry) and src.dim == k and entry.get("n_components") == k  # a reduced file's "pca" entry says so
+    # a reduced file's "pca" entry says so; a file without provenance is judged by its width alone (docs/cli.md)
+    reduced = src.dim == k and (entry.get("n_components") == k if entry else not src.fingerprint)
+    if not reduced and d != k and src.dim == k:  # as wide as the components, yet its provenance names no PCA
+        raise BertfeatError(f"{path} has {k} features per row, as many as the PCA's components, but its provenance "
+                            "records no PCA that reduced it",
+                            f"probe the features the PCA was fitted on ({d} per row), or the file pca transform (or "
+                            f"extract with {opt('pca')} / {opt('pca_model')}) wrote")
     if not reduced and src.dim != d:
         raise BertfeatError(f"{path} has {src.dim} features per row; the PCA takes {d} (or its {k} components)",
                             "probe the features the PCA was fitted on, or the ones it reduced")
     # a reduced file's "pca" entry: pca transform's has n_samples and variance_kept, extract's explained_variance
     kept = float(np.sum(pca.explained_variance_ratio_))
     theirs = float(entry.get("variance_kept", entry.get("explained_variance", -1.0)))
-    if reduced and (entry.get("n_samples", pca.n_samples_) != pca.n_samples_ or abs(theirs - kept) > 1e-9):
+    if reduced and entry and (entry.get("n_samples", pca.n_samples_) != pca.n_samples_ or abs(theirs - kept) > 1e-9):
         raise BertfeatError(f"{path} was reduced by another PCA model (variance kept {theirs:.6g}, this one's "
                             f"{kept:.6g}; {entry.get('n_samples', '?')} rows fitted, this one {pca.n_samples_})",
                             "probe the features this model was fitted on, or the ones it reduced")

@@ -92,6 +92,27 @@ def test_probe_file_reduced_and_full_features_agree(tmp_path):
     assert a["accuracy"][2]["accuracy"] == pytest.approx(np.mean(ref), abs=1e-12)
 
 
+def test_reduced_features_without_provenance_are_judged_by_their_width(tmp_path):
+    """A reduced CSV whose .json was lost: 'red.csv has 8 features per row; the PCA takes 24 (or its 8 components)',
+    refusing the width it names as accepted. A file without provenance is judged by its width alone (docs/cli.md);
+    one whose provenance records no PCA is refused, saying so."""
+    X, y = blobs(300, 3)
+    full = write(tmp_path / "full.parquet", X, y.tolist())
+    pca = PCA(8).fit(X.astype(np.float64))
+    pca.fingerprint_ = FP
+    red = reduce_features_file(full, tmp_path / "red.csv", pca)
+    with_json = probe_file(pca, red, "label")
+    (tmp_path / "red.csv.json").unlink()
+    without = probe_file(pca, red, "label")
+    assert without["input"] == with_json["input"] == "components" and without["accuracy"] == with_json["accuracy"]
+    narrow = write(tmp_path / "narrow.parquet", X[:, :8].copy(), y.tolist())  # provenance, no "pca" entry
+    with pytest.raises(BertfeatError) as e:
+        probe_file(pca, narrow, "label")
+    assert e.value.message == (f"{narrow} has 8 features per row, as many as the PCA's components, but its provenance "
+                               "records no PCA that reduced it - probe the features the PCA was fitted on (24 per row), "
+                               "or the file pca transform (or extract with pca / pca_model) wrote")
+
+
 def test_probe_file_samples_skips_unlabelled_rows_and_takes_string_labels(tmp_path):
     X, y = blobs(1000, 2)
     labels = ["pos" if v else "neg" for v in y]
