@@ -482,7 +482,8 @@ class PCA(Estimator):
         if isinstance(self.n_components, numbers.Integral) and self.n_components > d:
             raise BertfeatError(
                 f"{opt('n_components', self.n_components)} is larger than n_features = {d}",
-                f"choose {opt('n_components')} <= {d}, or a fraction such as 0.95 to keep 95% of the variance",
+                f"choose {opt('n_components')} <= {d} (and no more than the rows fitted: the rows are counted as they "
+                "stream in), or a fraction such as 0.95 to keep 95% of the variance",
             )
         if m == 0:
             return

@@ -283,7 +283,8 @@ def test_cli_errors_become_one_line(tmp_path, features, capsys):
     assert _run_main(["pca", "fit", str(features), "-n", "25", "-o", str(tmp_path / "p.npz")]) == 1
     assert capsys.readouterr().err.strip() == (
         f"Error: --n-components 25 is larger than n_features = {D} - "
-        f"choose --n-components <= {D}, or a fraction such as 0.95 to keep 95% of the variance"
+        f"choose --n-components <= {D} (and no more than the rows fitted: the rows are counted as they stream in), or "
+        "a fraction such as 0.95 to keep 95% of the variance"
     )
     assert _run_main(["report", str(tmp_path / "missing.npz")]) == 1
     assert capsys.readouterr().err.strip() == (

@@ -932,7 +932,8 @@ def test_error_n_components_too_large():
     )
     # streaming: too many for the width at once, too many for the rows when decomposing
     assert _message(lambda: PCA(9).partial_fit(X)) == (
-        "n_components=9 is larger than n_features = 8 - choose n_components <= 8, or a fraction such as 0.95 to keep 95% of the variance"
+        "n_components=9 is larger than n_features = 8 - choose n_components <= 8 (and no more than the rows fitted: the "
+        "rows are counted as they stream in), or a fraction such as 0.95 to keep 95% of the variance"
     )
     assert "min(4, 8) = 4" in _message(lambda: PCA(6).partial_fit(X[:4]).finalize())
 
