@@ -138,7 +138,7 @@ def fit_command(
     _check_not_npz(features, "a PCA model (.npz) is applied with `bertfeat pca transform FEATURES --pca-model MODEL`")
     check_array_file(features, "feature file")
     check_name_lengths([("PCA model", out)] + report_outputs(_prefix_for(out)))  # the report's names too
-    with output_lock(out, _prefix_for(out)):  # one writer per output (outlock.py)
+    with output_lock(out, prefixes=(_prefix_for(out),)):  # one writer per output (outlock.py)
         check_outputs([("output", out)] + report_outputs(_prefix_for(out)), feature_file_inputs(features), overwrite)
         check_model_output(out)
         pca, outputs, source, probe = fit_pca_to_files(

@@ -168,7 +168,7 @@ def run(plan, progress=None, client=None) -> ExtractSummary:
     from .outlock import output_lock
 
     try:
-        with output_lock(*plan.layout.locked()):
+        with output_lock(*plan.layout.locked(), prefixes=plan.layout.locked_prefixes()):
             plan.check_outputs()
             if plan.options.engine == "dask":
                 from . import dask as dask_engine

@@ -103,7 +103,7 @@ def _unwritable_folder(e: OSError, folder: Path, output: Path) -> BertfeatError:
     return os_error(OSError(e.errno, e.strerror), f"{output}: its folder {folder} takes no new file")
 
 
-def _acquire(path: Path, output: Path, made: list, shown: Path) -> int:
+def _acquire(path: Path, output: Path, made: list, shown: Path, is_prefix: bool = False) -> int:
     """Open and flock the lock file of ``output`` (non-blocking); -> the descriptor. Raises OutputLockedError when
     held. ``made``: the folders made for the locks (``_make_folders``), added to; ``shown``: the output an error about
     the folder names (the first one the caller gave there: pca fit's -o, not the report prefix it locks too)."""
@@ -118,7 +118,8 @@ def _acquire(path: Path, output: Path, made: list, shown: Path) -> int:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             os.close(fd)
-            raise OutputLockedError(f"{output} is being written by {owner_of(path)}",
+            what = f"{shown}: {output.name}.*, written with it," if is_prefix else output  # (a prefix is no file)
+            raise OutputLockedError(f"{what} is being written by {owner_of(path)}",
                                     "wait for that run to finish (or stop it), then rerun; two runs never write one output")
         except OSError:  # a file system without flock: run unlocked rather than not at all
             return fd
@@ -132,12 +133,14 @@ def _acquire(path: Path, output: Path, made: list, shown: Path) -> int:
 
 
 @contextlib.contextmanager
-def output_lock(*outputs: str | os.PathLike, create: bool = True):
+def output_lock(*outputs: str | os.PathLike, create: bool = True, prefixes: tuple = ()):
     """Hold the lock of each output (in a fixed order) for the block; refuse at once if another run holds one.
 
     ``create``: make an output's missing folder first (the run writing it would make it anyway, and a lock must
     exist before anything else is written there). ``create=False`` (the plan's early probe, which must write nothing):
-    an output whose folder does not exist yet has no run writing it, so there is nothing to check."""
+    an output whose folder does not exist yet has no run writing it, so there is nothing to check. ``prefixes``: report
+    prefixes locked too (``x`` of ``x.report.json``), no file of their own: a refusal names them through the output
+    given beside them."""
     if fcntl is None:  # pragma: no cover
         yield
         return
@@ -145,14 +148,15 @@ def output_lock(*outputs: str | os.PathLike, create: bool = True):
     made: list[tuple[Path, tuple[int, int]]] = []  # the folders made here for the locks, parents first
     try:
         given = [Path(o).absolute() for o in outputs]
-        for out in sorted(set(given)):
+        prefix = {Path(p).absolute() for p in prefixes} - set(given)
+        for out in sorted(set(given) | prefix):
             path = lock_path(out)
-            shown = next(g for g in given if g.parent == out.parent)
+            shown = next((g for g in given if g.parent == out.parent), out)
             if not path.parent.is_dir():
                 if not create:
                     continue  # no folder yet: no run is writing there (a run makes it under its lock, below)
                 made += _made_for(path.parent, shown)
-            fd = _acquire(path, out, made, shown)
+            fd = _acquire(path, out, made, shown, out in prefix and shown != out)
             held.append((path, fd))
             info = json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "started": time.time()})
             try:

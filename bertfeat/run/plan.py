@@ -74,8 +74,12 @@ class OutputLayout:
     def locked(self) -> list[Path]:
         """The paths a run locks while it writes (outlock.py): the features output with its side files (a .npy's ids
         file and provenance: another run's -o naming one of them is refused too), its rejects file, and with pca the
-        PCA's prefix."""
-        return [p for _, p in self.side_files()] + [self.rejects] + ([self.pca_prefix] if self.want_pca else [])
+        PCA's prefix (``locked_prefixes``)."""
+        return [p for _, p in self.side_files()] + [self.rejects]
+
+    def locked_prefixes(self) -> tuple[Path, ...]:
+        """The report prefixes a run locks too (with pca, the PCA's): no file, named through the output."""
+        return (self.pca_prefix,) if self.want_pca else ()
 
     def side_files(self) -> list[tuple[str, Path]]:
         """The feature output with its side files (a .npy's ids file, a .npy / .csv's provenance)."""
@@ -389,7 +393,8 @@ def _output_layout(input: str, output, fmt: str, engine: str, want_pca: bool, re
     check_not_descriptor(layout.outputs())  # before the lock, which /dev/fd/1's folder cannot hold
 
     # a run writing this output is named first (its partial dir is live)
-    with output_lock(*layout.locked(), create=False) if writes else contextlib.nullcontext():
+    with output_lock(*layout.locked(), create=False, prefixes=layout.locked_prefixes()) if writes else \
+            contextlib.nullcontext():
         check_layout(layout, reader, input, overwrite, resume, pca_model)
     return layout
 

@@ -95,6 +95,21 @@ def test_a_held_output_refuses_every_second_writer(tmp_path, inputs, capsys):
     assert not any(p.name.startswith(("m.", "r.", "rep")) for p in tmp_path.iterdir())
 
 
+def test_a_held_report_prefix_is_named_through_the_output_given(tmp_path, inputs, capsys):
+    """pca fit -o x.npz also locks its report prefix x (x.report.*): held by another run, the refusal named
+    '.../x is being written', a path that is no file and that the user never gave. Now the output given, and the
+    prefix's files."""
+    a, _ = inputs
+    feats = tmp_path / "f.parquet"
+    assert run(capsys, "extract", a, "-o", feats, "--model", tiny_model(), "--chunk-rows", 500, "-q")[0] == 0
+    model = tmp_path / "x.npz"
+    with output_lock(tmp_path / "x"):
+        rc, _, err = run(capsys, "pca", "fit", feats, "-n", 2, "-o", model)
+    assert rc == 1 and err.startswith(f"Error: {model}: x.*, written with it, is being written by another bertfeat run "
+                                      f"(process {os.getpid()}"), err
+    assert not model.exists()
+
+
 def test_attention_holds_the_lock_of_its_png_and_npy(tmp_path, capsys):
     """`bertfeat attention` writes files as the other commands do: under their run lock. A run holding the PNG or the
     .npy refuses it (with --overwrite too), nothing written; free, it writes both and leaves no lock file. A folder
@@ -384,7 +399,8 @@ class TestAnEstimateTakesNoLock:
             pytest.importorskip("distributed")
         a, _ = inputs
         out = tmp_path / "o.parquet"
-        held = OutputLayout(out, "parquet", engine, bool(pca)).locked()  # as that run holds them
+        layout = OutputLayout(out, "parquet", engine, bool(pca))
+        held = layout.locked() + list(layout.locked_prefixes())  # as that run holds them
         holder = subprocess.Popen([sys.executable, "-c", HOLDER, *map(str, held)], stdin=subprocess.PIPE,
                                   stdout=subprocess.PIPE, text=True, env=dict(os.environ, PYTHONPATH=str(ROOT)))
         try:
