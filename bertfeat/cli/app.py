@@ -799,9 +799,12 @@ def usage_error(e: BaseException) -> str:
         kind = "argument" if getattr(param, "param_type_name", None) == "argument" else "option"
         what = f"missing {kind} {_flag_of(param)}"
     elif "NoSuchOption" in names:
-        what = f"no such option {getattr(e, 'option_name', '')}".rstrip()
+        name = getattr(e, "option_name", "") or ""
+        what = f"no such option {name}".rstrip()
         if getattr(e, "possibilities", None):
             fix = f"did you mean {' or '.join(sorted(e.possibilities))}? {fix}"
+        elif re.match(r"-(?![-A-Za-z])", name) or " " in name:  # a text such as "-1 degrees" read as an option
+            fix = f"put -- before a text or path that starts with '-' ({command} -- TEXT), or {fix}"
     elif "BadParameter" in names and param is not None:
         cause = e.__cause__
         errors = cause.errors() if callable(getattr(cause, "errors", None)) else []

@@ -846,6 +846,12 @@ def test_a_second_ctrl_c_during_the_exit_wait_prints_no_traceback():
     (["report", "m.npz", "--probe-rows", "x"], "--probe-rows 'x' is not a whole number - see bertfeat report --help"),
     (["nosuch"], "no such command 'nosuch' - see bertfeat --help"),
     (["pca", "nosuch"], "no such command 'nosuch' - see bertfeat pca --help"),
+    # a text that starts with '-' read as an option: the way out named (it said only "see bertfeat tokens --help")
+    (["tokens", "-1 degrees"], "no such option -1 - put -- before a text or path that starts with '-' (bertfeat tokens "
+                               "-- TEXT), or see bertfeat tokens --help"),
+    (["fill-mask", "- [MASK] item"], "no such option - - put -- before a text or path that starts with '-' (bertfeat "
+                                     "fill-mask -- TEXT), or see bertfeat fill-mask --help"),
+    (["tokens", "-z", "x"], "no such option -z - see bertfeat tokens --help"),
 ])
 def test_a_command_line_that_does_not_parse_is_one_line_exit_2(tmp_path, capsys, monkeypatch, argv, message):
     """Click's usage block (Usage: ..., Try ..., a blank line, Error: ...) became the house's one line; the exit code
