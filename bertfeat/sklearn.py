@@ -135,7 +135,7 @@ def _prepare(enc: Encoder, texts: list[str], spec, where, label):
     except NoTokensError as e:
         raise NoTokensError.at([where[r] for r in e.rows], label) from None
     except LongTextError as e:
-        raise LongTextError(e.rows, e.n_tokens, e.max_length, e.pairs, label=label) from None
+        raise LongTextError(e.rows, e.n_tokens, e.max_length, e.pairs, label=label, prompt_tokens=e.prompt_tokens) from None
 
 
 def _run(enc: Encoder, prep, spec, max_rows, where, label) -> np.ndarray:

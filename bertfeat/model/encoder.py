@@ -590,6 +590,14 @@ class Encoder:
             raise TokenPastTableError.at(order, [(self.tokens_past_table[first[r]], first[r]) for r in order], rows,
                                          label)
 
+    def _prompt_tokens(self, prompt: str | None, max_length: int) -> int:
+        """The tokens a prompt adds to a row (its tokens less an empty row's: the special tokens), for the words of a
+        long-text refusal: a row of 2 tokens was said to have 44 when the prompt took 40 of them."""
+        if not prompt:
+            return 0
+        n = self.tokenizer.encode([prompt, ""], None, max_length).n_tokens
+        return max(int(n[0]) - int(n[1]), 0)
+
     def prepare(self, texts: list[str], pairs: list[str] | None, spec: FeatureSpec) -> Prepared:
         """Tokenize rows and apply the long-text policy; windows for chunked rows."""
         tok = self.tokenizer
@@ -605,7 +613,8 @@ class Encoder:
         n_chunks = np.ones(n, dtype=np.int32)
         window_row = np.arange(n, dtype=np.int64)
         if spec.long_text == "error" and t.truncated.any():
-            raise LongTextError(np.flatnonzero(t.truncated), t.n_tokens, spec.max_length, pairs is not None)
+            raise LongTextError(np.flatnonzero(t.truncated), t.n_tokens, spec.max_length, pairs is not None,
+                                prompt_tokens=self._prompt_tokens(spec.prompt, spec.max_length))
         if not spec.long_text.startswith("chunk") or not t.truncated.any():
             return self._embeddable(Prepared(t.ids, t.type_ids, window_row, n, t.n_tokens, t.truncated, n_chunks))
         before, after, types_before, types_after = tok.window_frame()  # the template's, as it frames a row
@@ -975,28 +984,36 @@ class LongTextError(BertfeatError):
     """Rows longer than max length under ``long_text="error"``."""
 
     def __init__(self, rows: np.ndarray, n_tokens: np.ndarray, max_length: int, pairs: bool = False, *,
-                 label=lambda r: f"row {r}"):
+                 label=lambda r: f"row {r}", prompt_tokens: int = 0):
         self.rows = rows  # indices of the rows given to prepare
         self.n_tokens = n_tokens  # (n,) every given row's tokens, its prompt included
-        self.max_length, self.pairs = max_length, pairs
+        self.max_length, self.pairs, self.prompt_tokens = max_length, pairs, prompt_tokens
         r = int(rows[0])
         chunks = "" if pairs else ", chunk-mean or chunk-max"  # sentence pairs are never cut into windows
+        shorter = f", or a shorter {opt('prompt')}" if prompt_tokens else ""
         super().__init__(
-            f"{label(r)} has {int(n_tokens[r])} tokens, more than max length {max_length}"
+            f"{label(r)} has {tokens_said(int(n_tokens[r]), prompt_tokens)}, more than max length {max_length}"
             + (f" ({len(rows)} rows are too long)" if len(rows) > 1 else ""),
-            f"use {opt('long_text', 'truncate')}{chunks}, or a larger {opt('max_length')}",
+            f"use {opt('long_text', 'truncate')}{chunks}, or a larger {opt('max_length')}{shorter}",
         )
 
     def __reduce__(self):  # the message as made (its label may be a lambda) and the rows travel: worker -> caller
-        return (type(self)._rebuilt, (self._what, self._fix, self.rows, self.n_tokens, self.max_length, self.pairs))
+        return (type(self)._rebuilt, (self._what, self._fix, self.rows, self.n_tokens, self.max_length, self.pairs,
+                                      self.prompt_tokens))
 
     @classmethod
-    def _rebuilt(cls, what: str, fix: str | None, rows, n_tokens, max_length: int, pairs: bool) -> "LongTextError":
+    def _rebuilt(cls, what: str, fix: str | None, rows, n_tokens, max_length: int, pairs: bool,
+                 prompt_tokens: int = 0) -> "LongTextError":
         """The error unpickled (BertfeatError's own reduce passed (what, fix) as rows and n_tokens: a TypeError)."""
         e = cls.__new__(cls)
         BertfeatError.__init__(e, what, fix)
-        e.rows, e.n_tokens, e.max_length, e.pairs = rows, n_tokens, max_length, pairs
+        e.rows, e.n_tokens, e.max_length, e.pairs, e.prompt_tokens = rows, n_tokens, max_length, pairs, prompt_tokens
         return e
+
+
+def tokens_said(n_tokens: int, prompt_tokens: int = 0) -> str:
+    """'44 tokens', or with a prompt '44 tokens (40 of them the prompt's)': the count is the prompted row's."""
+    return f"{n_tokens} tokens" + (f" ({prompt_tokens} of them the prompt's)" if prompt_tokens else "")
 
 
 def chunk_windows(content: np.ndarray, width: int, stride: int) -> list[np.ndarray]:

@@ -101,8 +101,11 @@ def size_text(n: int) -> str:
     return str(n)
 
 
-def too_long(n_tokens: int, max_length: int) -> Reason:
-    return Reason(RejectCode.TOO_LONG, f"{n_tokens} tokens, more than max length {max_length} ({opt('long_text', 'error')})")
+def too_long(n_tokens: int, max_length: int, prompt_tokens: int = 0) -> Reason:
+    """A row longer than max length; ``prompt_tokens``: how many of its tokens the prompt put there."""
+    of_prompt = f" ({prompt_tokens} of them the prompt's)" if prompt_tokens else ""
+    return Reason(RejectCode.TOO_LONG, f"{n_tokens} tokens{of_prompt}, more than max length {max_length} "
+                                       f"({opt('long_text', 'error')})")
 
 
 def token_past_table(token: str, token_id: int, table_rows: int) -> Reason:

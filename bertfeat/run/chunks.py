@@ -216,7 +216,7 @@ def prepare_rows(encoder, spec, texts: list[str], pairs: list[str] | None):
             return encoder.prepare([texts[i] for i in todo], None if pairs is None else [pairs[i] for i in todo],
                                    spec), todo, refused
         except LongTextError as e:
-            bad = {int(j): too_long(int(e.n_tokens[j]), spec.max_length) for j in e.rows.tolist()}
+            bad = {int(j): too_long(int(e.n_tokens[j]), spec.max_length, e.prompt_tokens) for j in e.rows.tolist()}
         except TokenPastTableError as e:
             bad = {j: token_past_table(t, i, e.table_rows) for j, (t, i) in zip(e.rows, e.tokens)}
         except NoTokensError as e:

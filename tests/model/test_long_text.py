@@ -10,6 +10,7 @@ features are computed window by window, independently of the pipeline's windowin
 from __future__ import annotations
 
 import csv
+import pickle
 
 import numpy as np
 import pytest
@@ -126,7 +127,9 @@ def test_error_mode(tmp_path, capsys, words):
 
 def test_error_mode_counts_the_prompt_in_the_tokens_it_names(tmp_path, capsys):
     """A row refused because its prompt and text pass max length names the tokens the model would see, prompt
-    included, in the message and the rejects file (it counted the text alone: '64 tokens, more than max length 64')."""
+    included, in the message and the rejects file (it counted the text alone: '64 tokens, more than max length 64'),
+    and how many of them the prompt's are (a 2-token text under a 40-word prompt was '44 tokens' with no word of the
+    prompt, and a prompt longer than max length refused every row so)."""
     prompt = "river mountain bread cheese rain snow ship bird: "  # 8 one-piece words and ':'
     text = " ".join((WORDS * 2)[:62])  # 64 tokens alone with [CLS]/[SEP]
     enc = tiny_encoder()
@@ -138,11 +141,20 @@ def test_error_mode_counts_the_prompt_in_the_tokens_it_names(tmp_path, capsys):
             "--prompt", prompt]
     rc, _, err = run(capsys, *args)
     assert rc == 1
-    assert err.splitlines()[-1].startswith(f"Error: {src} row 0: 73 tokens, more than max length 64 (--long-text error)")
+    assert err.splitlines()[-1].startswith(f"Error: {src} row 0: 73 tokens (9 of them the prompt's), more than max "
+                                           "length 64 (--long-text error)")
     rc, _, err = run(capsys, *args, "--on-bad-row", "skip")
     assert rc == 0, err
     with open(tmp_path / "o.parquet.rejects.csv", newline="") as f:
-        assert list(csv.reader(f))[1] == ["0", "", "73 tokens, more than max length 64 (--long-text error)"]
+        assert list(csv.reader(f))[1] == ["0", "", "73 tokens (9 of them the prompt's), more than max length 64 "
+                                                   "(--long-text error)"]
+    from bertfeat.model.encoder import LongTextError
+
+    with pytest.raises(LongTextError) as e:
+        enc.encode([text], max_length=64, long_text="error", prompt=prompt)
+    assert e.value.message == ("row 0 has 73 tokens (9 of them the prompt's), more than max length 64 - use "
+                               "long_text='truncate', chunk-mean or chunk-max, or a larger max_length, or a shorter prompt")
+    assert pickle.loads(pickle.dumps(e.value)).prompt_tokens == 9  # (a Dask worker's error reaches the client whole)
 
 
 def test_a_stride_without_a_chunk_mode_is_refused_in_python_too():
