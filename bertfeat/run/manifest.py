@@ -194,6 +194,8 @@ def manifest_differences(old: dict, new: dict) -> list[str]:
                        f"{str(b.get('sha256'))[:12]})")  # refitted: the kept chunks were reduced with the old one
         elif k == "pca_model":
             out.append(f"PCA model: {(a or {}).get('path')!r} -> {(b or {}).get('path')!r}")
+        elif k == "keep":  # --label's column is kept too: dropping --label alone changes them
+            out.append(f"kept columns ({opt('keep')}, and the {opt('label')} column): {list(a or [])} -> {list(b or [])}")
         elif k == "model_files" and isinstance(b, dict):
             changed = sorted(n for n in set(a) | set(b) if a.get(n) != b.get(n))
             out.append("model files changed since the interrupted run: " + ", ".join(changed))

@@ -480,8 +480,9 @@ def test_resume_refuses_a_changed_keep(tmp_path):
     with pytest.raises(KeyboardInterrupt):
         bertfeat.extract(**opts(src, out), progress=Interrupt(2))
     given = "kept columns' given types: {'flag': 'bool', 'score': 'float'}"
-    for keep, differs in ((["label"], f"kept columns: ['label', 'score', 'flag', 'name'] -> ['label']; {given} -> None"),
-                          (None, f"kept columns: ['label', 'score', 'flag', 'name'] -> None; {given} -> None"),
+    kept = "kept columns (keep, and the label column)"
+    for keep, differs in ((["label"], f"{kept}: ['label', 'score', 'flag', 'name'] -> ['label']; {given} -> None"),
+                          (None, f"{kept}: ['label', 'score', 'flag', 'name'] -> []; {given} -> None"),
                           (KEEP_SPEC.replace("score:float", "score"), f"{given} -> {{'flag': 'bool'}}")):
         with pytest.raises(ResumeError) as e:
             bertfeat.extract(**{**opts(src, out), "keep": keep}, resume=True)
@@ -492,11 +493,25 @@ def test_resume_refuses_a_changed_keep(tmp_path):
     check_parquet_table(pq.read_table(out), "csv")
 
 
+def test_resume_without_the_label_names_the_label(tmp_path):
+    """The probe's label column is kept in the output: a resume without --label was refused as "kept columns: ['label']
+    -> None", naming a --keep the user never gave. The refusal now says the label's column is among them."""
+    src = write_csv(tmp_path / "l.csv", ["text", "label"], [[f"text number {i}", str(i % 2)] for i in range(12)])
+    out = tmp_path / "o.parquet"
+    kw = dict(model=tiny_model(), chunk_rows=3, pca=2)
+    with pytest.raises(KeyboardInterrupt):
+        bertfeat.extract(str(src), str(out), label="label", progress=Interrupt(2), **kw)
+    with pytest.raises(ResumeError) as e:
+        bertfeat.extract(str(src), str(out), resume=True, **kw)
+    assert "(kept columns (keep, and the label column): ['label'] -> [])" in e.value.message
+    assert bertfeat.extract(str(src), str(out), resume=True, label="label", **kw).chunks_resumed == 2
+
+
 def test_resume_refuses_keep_added(small, tmp_path):
     out = tmp_path / "o.parquet"
     with pytest.raises(KeyboardInterrupt):
         bertfeat.extract(str(small), str(out), model=tiny_model(), chunk_rows=1, progress=Interrupt(1))
-    with pytest.raises(ResumeError, match=r"\(kept columns: None -> \['label'\]\)"):
+    with pytest.raises(ResumeError, match=r"\(kept columns \(keep, and the label column\): \[\] -> \['label'\]\)"):
         bertfeat.extract(str(small), str(out), model=tiny_model(), chunk_rows=1, keep="label", resume=True)
 
 
