@@ -58,6 +58,7 @@ def fit_pca_file(
     its deprecated name (a DeprecationWarning). ``on_batch(rows_so_far)`` is called after each chunk (progress).
     """
     src = open_features(path, float64=True)  # a float64 file fitted as written: rounded, 1e8 + noise was a constant
+    before = file_state(src.path)
     pca = PCA(n_components=n_components, solver=solver, whiten=whiten, random_state=random_state,
               accumulate=accumulate, precision=precision)
     pca.set_params(accumulate=pca._check_params(), precision=None)  # precision= warned once; the PCA returned uses accumulate
@@ -65,6 +66,7 @@ def fit_pca_file(
     if in_memory:
         ids, X, _ = read_features(path, float64=True)
         _check_rows(src, X.shape[0])
+        check_unchanged(src.path, before, "fit")
         with fit_errstate(), _rows_of(src, ids, 0):
             pca._fit(X, pca._check_params(), exact=True)  # auto: svd, the whole spectrum exactly, as pca fit promises
         if on_batch:
@@ -78,6 +80,7 @@ def fit_pca_file(
             if on_batch:
                 on_batch(seen)
         _check_rows(src, seen)
+        check_unchanged(src.path, before, "fit")
         with fit_errstate():
             pca.finalize()
     pca.fingerprint_ = src.fingerprint
@@ -91,6 +94,23 @@ def fit_pca_file(
     if src.fingerprint:  # features with provenance: whether a PCA reduced them is known (check_pca_input)
         pca.source_["reduced_by"] = reduced_by(src.meta)
     return pca
+
+
+def file_state(path: Path) -> tuple:
+    """A feature file's (or a directory of parts') names, sizes and modification times, to tell that it changed."""
+    files = sorted(path.iterdir()) if path.is_dir() else [path]
+    return tuple((f.name, st.st_size, st.st_mtime_ns) for f in files for st in (f.stat(),))
+
+
+def check_unchanged(path: Path, before: tuple, what: str) -> None:
+    """Refuse a feature file written to while it was read (rows appended mid-fit: fitted or not by chance, exit 0)."""
+    try:
+        now = file_state(path)
+    except OSError:
+        now = None
+    if now != before:
+        raise BertfeatError(f"{path} changed while it was read (a process wrote to it): the {what} would mix rows of "
+                            "two versions of it", "rerun once nothing writes the file (or on a copy of it)")
 
 
 def _check_rows(src, n: int) -> None:
@@ -258,6 +278,7 @@ def reduce_features_file(
     Returns the output path.
     """
     src = open_features(src_path, float64=True)  # transformed as written (the output is float32)
+    before = file_state(src.path)
     given = reduced_by(src.meta) if src.fingerprint else _UNKNOWN  # no provenance: not known
     check_pca_input(pca, getattr(pca, "source_path_", None) or "(in memory)", given, str(src.path),
                     "the features before it (the extract output without --pca or --pca-model)")
@@ -294,6 +315,7 @@ def reduce_features_file(
                 on_batch(seen)
         if writer is None:
             writer = _open_writer(dst, fmt, pca.n_components_, src, meta, None, {}, dtype)
+        check_unchanged(src.path, before, "reduced file")
         # the extraction's counts (read, rejected, ...) with the rows this file holds; a file without them: the count
         return writer.close({"rows": {**rows, "written": seen} if isinstance(rows, dict) else seen})
     except BaseException:

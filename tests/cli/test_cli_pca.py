@@ -948,6 +948,36 @@ def test_float64_features_whose_projection_float32_cannot_hold_are_refused(tmp_p
                                                           "m.report.png"]
 
 
+@pytest.mark.parametrize("step", ["fit", "transform"])
+def test_a_feature_file_written_to_while_it_is_read_is_refused(tmp_path, X, step):
+    """Rows appended to a feature CSV while pca fit or transform streamed it: both exited 0, the fit with or without
+    the new rows by chance, the transform with the first 150,000 rows of a 170,000-row file (found by the
+    concurrency audit). Now refused, as extract refuses an input that changes while it is read; nothing written."""
+    src = tmp_path / "f.csv"
+    with FeatureWriter(src, dim=D, id_name="sid", id_type=pa.string(), metadata={"fingerprint": FP}) as w:
+        w.write([f"s{i}" for i in range(300)], X[:300])
+    line = src.read_text().splitlines()[-1]
+
+    def append(seen):
+        if seen == 100:
+            with open(src, "a") as f:
+                f.write(line.replace("s299", "s300", 1) + "\n")
+
+    model, out = tmp_path / "m.npz", tmp_path / "r.parquet"
+    if step == "transform":
+        fit_pca_file(src, 2).save(model)
+    with pytest.raises(BertfeatError) as e:
+        if step == "fit":
+            fit_pca_file(src, 2, solver="covariance", batch_rows=100, on_batch=append)
+        else:
+            reduce_features_file(src, out, PCA.load(model), batch_rows=100, on_batch=append)
+    what = "fit" if step == "fit" else "reduced file"
+    assert e.value.message == (f"{src} changed while it was read (a process wrote to it): the {what} would mix rows of "
+                               "two versions of it - rerun once nothing writes the file (or on a copy of it)")
+    assert not out.exists() and sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        ["f.csv", "f.csv.json"] + (["m.npz"] if step == "transform" else []))
+
+
 @pytest.mark.parametrize("fmt", ["parquet", "csv"])
 def test_fit_warns_when_the_file_holds_fewer_rows_than_its_provenance_wrote(tmp_path, features, capsys, fmt):
     """A feature file cut at a row's end (a copy stopped short; `head` of a CSV beside its .json) was fitted as if
