@@ -590,7 +590,7 @@ class Encoder:
             raise TokenPastTableError.at(order, [(self.tokens_past_table[first[r]], first[r]) for r in order], rows,
                                          label)
 
-    def _prompt_tokens(self, prompt: str | None, max_length: int) -> int:
+    def _prompt_share(self, prompt: str | None, max_length: int) -> int:
         """The tokens a prompt adds to a row (its tokens less an empty row's: the special tokens), for the words of a
         long-text refusal: a row of 2 tokens was said to have 44 when the prompt took 40 of them."""
         if not prompt:
@@ -614,7 +614,7 @@ class Encoder:
         window_row = np.arange(n, dtype=np.int64)
         if spec.long_text == "error" and t.truncated.any():
             raise LongTextError(np.flatnonzero(t.truncated), t.n_tokens, spec.max_length, pairs is not None,
-                                prompt_tokens=self._prompt_tokens(spec.prompt, spec.max_length))
+                                prompt_tokens=self._prompt_share(spec.prompt, spec.max_length))
         if not spec.long_text.startswith("chunk") or not t.truncated.any():
             return self._embeddable(Prepared(t.ids, t.type_ids, window_row, n, t.n_tokens, t.truncated, n_chunks))
         before, after, types_before, types_after = tok.window_frame()  # the template's, as it frames a row
