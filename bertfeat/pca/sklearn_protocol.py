@@ -67,15 +67,12 @@ def _column_names(X: Any) -> np.ndarray | None:
         raise BertfeatError(f"Expected unique column names, got: {', '.join(repeated)}",
                             "rename the DataFrame's columns so that no two have the same name")
     types = sorted(t.__qualname__ for t in {type(v) for v in names})
-    if len(types) > 1 and "str" in types:
-        raise TypeError(
+    if len(types) > 1 and "str" in types:  # scikit-learn's TypeError, and a BertfeatError with its fix (docs/sklearn.md)
+        raise ParameterError(
             "Feature names are only supported if all input features have string names, "
-            f"but your input has {types} as feature name / column name types. "
-            "If you want feature names to be stored and validated, you must convert "
-            "them all to strings, by using X.columns = X.columns.astype(str) for "
-            "example. Otherwise you can remove feature / column names from your input "
-            "data, or convert them all to a non-string data type."
-        )
+            f"but your input has {types} as feature name / column name types",
+            "convert them all to strings (X.columns = X.columns.astype(str)), or to a non-string type, or pass the "
+            "values without names (X.to_numpy())")
     return names if types == ["str"] else None
 
 

@@ -779,6 +779,41 @@ def test_a_pca_whose_n_components_was_set_after_its_fit_is_not_saved(tmp_path):
     assert PCA.load(streamed.save(tmp_path / "s.npz")).n_components_ == 2
 
 
+@pytest.mark.parametrize("params,words", [
+    (dict(whiten="False"), "whiten='False' is not True or False (set after the fit) - give whiten=True or whiten=False"),
+    (dict(n_components=0), "n_components=0 is not positive (set after the fit)"),
+    (dict(n_components="junk"), "n_components='junk' is not a number (set after the fit)"),
+])
+def test_a_parameter_set_after_the_fit_that_no_fit_takes_is_not_saved(tmp_path, params, words):
+    """set_params(whiten='False') after the fit (which refuses it) was saved, and load then refused the file as 'not a
+    bertfeat PCA model': a model that saved and never loaded (found by the API audit). save checks the parameters
+    as fit does, writing nothing."""
+    X = known_spectrum(n=100, d=6)
+    pca = PCA(2).fit(X).set_params(**params)
+    with pytest.raises(BertfeatError) as e:
+        pca.save(tmp_path / "m.npz")
+    assert str(e.value).startswith(f"cannot save this PCA: {words}")
+    assert not list(tmp_path.iterdir())
+
+
+def test_mixed_str_and_int_column_names_are_a_bertfeat_error_and_a_type_error():
+    """A DataFrame whose column names mix str and int was refused with scikit-learn's bare TypeError, not a
+    BertfeatError with its fix (docs/sklearn.md: errors are BertfeatError; found by the API audit). Both now, so
+    code catching either keeps working; the PCA is left unfitted."""
+    pd = pytest.importorskip("pandas")
+    from bertfeat.errors import ParameterError
+
+    pca = PCA(2)
+    with pytest.raises(ParameterError) as e:
+        pca.fit(pd.DataFrame(np.random.default_rng(0).random((10, 3)), columns=["a", 1, "c"]))
+    assert isinstance(e.value, TypeError) and isinstance(e.value, BertfeatError)
+    assert str(e.value) == ("Feature names are only supported if all input features have string names, but your input "
+                            "has ['int', 'str'] as feature name / column name types - convert them all to strings "
+                            "(X.columns = X.columns.astype(str)), or to a non-string type, or pass the values without "
+                            "names (X.to_numpy())")
+    assert not hasattr(pca, "components_")
+
+
 def test_duplicate_feature_names_are_refused_at_fit_and_in_a_model_file(tmp_path):
     """A DataFrame with two columns of one name was fitted (scikit-learn refuses it) and saved, and a model file whose
     feature_names were edited to repeat a name loaded: transform then checked columns against an ambiguous list."""
