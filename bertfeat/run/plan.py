@@ -315,6 +315,11 @@ def _encoder_options(o: ExtractOptions) -> ExtractOptions:
     checked = {name: o.checked(name, settings.get(name)) for name in ("threads", "max_length", "max_batch_tokens",
                                                                        "precision")}
     model = settings["model"]
+    if model is not None and not isinstance(model, (str, os.PathLike)):  # model= is checked as given; this is the merge's
+        from ..checks import kind_of
+
+        raise BertfeatError(f"encoder_options['model']={model!r} is {kind_of(model)}, not a string or a path",
+                            f"give {opt('model')} as a string or a path")
     return dataclasses.replace(o, model=None if model is None else os.fspath(model),
                                encoder_options=dict(o.encoder_options or {}), **checked)
 

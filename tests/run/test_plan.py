@@ -103,6 +103,18 @@ def test_both_engines_agree(tmp_path, corpus, client, name, kw):
     assert (local[0] == "error") == refused, local
 
 
+@pytest.mark.parametrize("model", [5, b"/models/x"])
+def test_encoder_options_model_that_is_no_path_is_refused_by_name(tmp_path, corpus, model):
+    """encoder_options={'model': 5} reached os.fspath: a TypeError ('expected str, bytes or os.PathLike object, not
+    int'), where model=5 is refused by name (found by the API audit); bytes reached pathlib's TypeError."""
+    with pytest.raises(BertfeatError) as e:
+        bertfeat.extract(corpus, tmp_path / "o.parquet", encoder_options={"model": model})
+    kind = "an int" if model == 5 else "a bytes"
+    assert str(e.value) == (f"encoder_options['model']={model!r} is {kind}, not a string or a path - give model as a "
+                            "string or a path")
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_encoder_options_stand_in_for_a_default_parameter(tmp_path, corpus):
     """encoder_options={"precision": ...} was a raw TypeError on the local engine (issue 24): now it stands in for
     the parameter left at its default, and disagreeing with a given one is refused naming both."""
