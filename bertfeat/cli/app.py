@@ -237,10 +237,15 @@ def verify(
         w = r["worst"]
         how = (f"{w['relative']:.3g}, cosine {w['cosine']:.6f}" if w["finite"] else
                "it holds NaN or infinite values")  # (a damaged or edited file: the model gives none)
+        changes = r.get("path_changes") or []
+        fix = ("the features do not match what the model gives for their input now: the input, the model or the file "
+               "changed since they were extracted; extract them again")
+        if changes:  # another CPU, kernels or BLAS rounds otherwise: nothing the user edited
+            fix = (f"this run computes on another numeric path than the extraction did ({'; '.join(changes)}), which "
+                   "rounds otherwise: verify where the features were extracted (or with the same kernels), or pass a "
+                   "larger --tolerance")
         raise BertfeatError(f"{bad} of {r['rows_checked']} rows differ from their vector encoded alone by more than "
-                            f"{r['tolerance']:g} of their norm (row {w['position']}, id {w['id']!r}: {how})",
-                            "the features do not match what the model gives for their input now: the input, the model "
-                            "or the file changed since they were extracted; extract them again")
+                            f"{r['tolerance']:g} of their norm (row {w['position']}, id {w['id']!r}: {how})", fix)
 
 
 @app.command(epilog="Examples:\n\n  bertfeat sweep train.csv --label label\n\n"

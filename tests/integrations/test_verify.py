@@ -95,6 +95,27 @@ def test_verify_finds_rows_that_changed(extracted, capsys):
         verify_features(out)
 
 
+def test_a_different_verdict_on_another_numeric_path_names_the_path(extracted, capsys, monkeypatch):
+    """An int8 file verified with NumPy's kernels where numba's extracted it (or on another CPU) differs by ~2e-3 and
+    was blamed on 'the input, the model or the file changed', none of which had (found by the int8 audit). The
+    provenance records the path: a change of it is named."""
+    import bertfeat.cache.store as store
+
+    src, out = extracted
+    assert verify_features(out)["path_changes"] == []
+    rows = _rows()
+    rows[7][1] = "an entirely different sentence now"
+    write_csv(src, ["id", "text", "label"], rows)
+    real = store.gemm_identity
+    monkeypatch.setattr(store, "gemm_identity", lambda enc: {**real(enc), "kernels": "other 1.0"})
+    then = metadata(out)["gemm"]["kernels"]
+    assert verify_features(out, sample=1000)["path_changes"] == [f"kernels {then!r} -> 'other 1.0'"]
+    rc, _, err = run(capsys, "verify", out, "--sample", "1000", "-q")
+    assert rc == 1 and err.endswith(f" - this run computes on another numeric path than the extraction did (kernels "
+                                    f"{then!r} -> 'other 1.0'), which rounds otherwise: verify where the features were "
+                                    "extracted (or with the same kernels), or pass a larger --tolerance\n"), err
+
+
 def test_verify_finds_rows_lost_from_the_file_or_gained_by_the_input(extracted, tmp_path, capsys):
     """Rows deleted from the file (metadata kept), a row inserted in the input or appended to it: each was 'ok'."""
     import pyarrow as pa
