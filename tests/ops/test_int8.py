@@ -675,6 +675,9 @@ def test_extract_int8_is_what_provenance_says(tmp_path, capsys, minilm_dir, real
     assert g["two_level_sequences"] == f"<= {quant.SHORT_TOKENS} tokens" and g["top_channels_per_row"] == quant.TOP
     assert g["smoothed_inputs"] == ["ffn_up", "qkv"]
     assert g["layers"]["outlier_weight_rows"] == "fp32" and g["scheme"] == quant.SCHEME
+    # the word embeddings are held in bf16 and the FFN's GELU is a polynomial: provenance said "embeddings ... fp32"
+    assert g["layers"]["word_embeddings"] == "bf16, widened as gathered" and "embeddings_layernorm_gelu" not in g["layers"]
+    assert g["layers"]["layernorm_gelu"].startswith("fp32 (the GELU before the FFN's int8 product: a degree-7")
     assert g["float_weight_rows"] == {"attention_output": 1, "ffn_down": 16}  # all-MiniLM-L6-v2's, from its weights
     assert meta["fingerprint"]["int8_scheme"] == quant.SCHEME  # a resume across schemes is refused
     np.testing.assert_array_equal(X, Encoder(minilm_dir, precision="int8").encode(real_sentences[:50]))
