@@ -568,17 +568,22 @@ def test_a_short_batch_in_ffn_blocks_gives_the_same_features(minilm_dir, monkeyp
 def test_int8_weights_take_no_more_memory_than_bf16s(minilm_dir):
     """Wq and Wr are a byte each: an int8 model's linear weights take about bf16's 2 bytes a weight (the outlier rows'
     float32 copies and the per-channel vectors add 1-2 %), not the 3 of scheme "4" (int8 + a bf16 copy)."""
-    e8, e16 = Encoder(minilm_dir, precision="int8"), Encoder(minilm_dir, precision="bf16")
+    e8, e32 = Encoder(minilm_dir, precision="int8"), Encoder(minilm_dir)
     n = sum(getattr(lw, k).size for lw in e8.weights.layers for k in gemm.LINEAR_WEIGHTS)
-    got, bf16 = (sum(getattr(lw, k).nbytes for lw in e.weights.layers for k in gemm.LINEAR_WEIGHTS) for e in (e8, e16))
+    got = sum(getattr(lw, k).nbytes for lw in e8.weights.layers for k in gemm.LINEAR_WEIGHTS)
+    try:  # bf16's packed weights; a VNNI CPU without AVX512-BF16 (an Intel Xeon's VM) refuses bf16: its 2 bytes a weight
+        e16 = Encoder(minilm_dir, precision="bf16")
+        bf16 = sum(getattr(lw, k).nbytes for lw in e16.weights.layers for k in gemm.LINEAR_WEIGHTS)
+    except BertfeatError:
+        bf16 = 2 * n
     print(f"linear weights: int8 {got / n:.3f} bytes a weight, bf16 {bf16 / n:.3f}")
     assert bf16 >= 2 * n and got <= 1.02 * bf16
     # the word embeddings in bf16 too, widened exactly as their rows are gathered
     from bertfeat.model.bert import word_rows
 
-    assert e8.weights.word.dtype == np.uint16 and e16.weights.word.dtype == np.float32
+    assert e8.weights.word.dtype == np.uint16 and e32.weights.word.dtype == np.float32
     ids = np.array([0, 101, 2023, 101, 30521])
-    np.testing.assert_array_equal(word_rows(e8.weights.word, ids), gemm.from_bf16(gemm.to_bf16(e16.weights.word[ids])))
+    np.testing.assert_array_equal(word_rows(e8.weights.word, ids), gemm.from_bf16(gemm.to_bf16(e32.weights.word[ids])))
     out = np.full((5, e8.config.hidden_size), np.nan, np.float32)
     assert word_rows(e8.weights.word, ids, out=out) is out and np.array_equal(out, word_rows(e8.weights.word, ids))
 
