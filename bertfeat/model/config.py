@@ -145,10 +145,10 @@ MODERNBERT_FIELDS = ("layer_types", "global_rope_theta", "local_rope_theta", "lo
                      "mlp_bias", "norm_bias", "classifier_activation", "classifier_bias", "decoder_bias")
 MODERNBERT_LAYER_TYPES = ("full_attention", "sliding_attention")
 ACT_NAMES = {"distilbert": "activation", "modernbert": "hidden_activation"}  # hidden_act as config.json names it
-#: transformers 5's config class defaults (under BertConfig's names, ModernBERT's norm_eps under its own) where they differ from BERT's: a config.json
-#: without the key is read as transformers reads it. The head count changes no weight's shape, so BERT's 12 in place
-#: of ELECTRA's 4 gave wrong vectors that no shape check caught. (pad_token_id: RoBERTa's in from_dict; MPNet's and
-#: ModernBERT's are not read by their forward passes.)
+#: transformers 5's config class defaults where they differ from BERT's (under BertConfig's names; ModernBERT's
+#: norm_eps under its own): a config.json without the key is read as transformers reads it. The head count changes no
+#: weight's shape, so BERT's 12 in place of ELECTRA's 4 gave wrong vectors that no shape check caught. (pad_token_id:
+#: RoBERTa's in from_dict; MPNet's and ModernBERT's are not read by their forward passes.)
 FAMILY_DEFAULTS = {
     "roberta": {"vocab_size": 50265},
     "electra": {"hidden_size": 256, "num_attention_heads": 4, "intermediate_size": 1024, "embedding_size": 128},
@@ -159,7 +159,7 @@ FAMILY_DEFAULTS = {
 }
 #: the families whose position embeddings follow position_embedding_type (BertEmbeddings' and its copies'); DistilBERT,
 #: MPNet and ModernBERT have no such setting, and transformers leaves the key unread there
-POSITION_TYPE_FAMILIES = ("bert", "electra") + ("roberta", "xlm-roberta", "camembert")
+POSITION_TYPE_FAMILIES = ("bert", "electra") + ROBERTA_TYPES
 _POSITIVE_INTS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
                   "max_position_embeddings", "type_vocab_size", "relative_attention_num_buckets")
 
@@ -332,7 +332,7 @@ class BertConfig:
             fields["pad_token_id"] = 1
         check_pad_token_id(fields.get("pad_token_id", 0), fields.get("vocab_size", cls.vocab_size), source)
         eps = fields.get("layer_norm_eps", 1e-12)
-        if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not 0 < eps < math.inf:  # (2.0: legal, and run)
+        if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not 0 < eps < math.inf:  # (2.0 is legal)
             raise ConfigError(f"{source}: layer_norm_eps must be a positive number, not {eps!r}",
                               "restore config.json from the checkpoint")
         try:
