@@ -42,6 +42,7 @@ from .pooling import (
     split_pooling,
 )
 from .stmodules import ModelPipeline, read_pipeline, run_step
+from ..readers.rejects import tokens_said
 from ..readers.textcheck import check_text
 from .tokenize import BertTokenizer, Tokenized, pad_batch
 from .weights import BertWeights, weights_sha256
@@ -1009,11 +1010,6 @@ class LongTextError(BertfeatError):
         BertfeatError.__init__(e, what, fix)
         e.rows, e.n_tokens, e.max_length, e.pairs, e.prompt_tokens = rows, n_tokens, max_length, pairs, prompt_tokens
         return e
-
-
-def tokens_said(n_tokens: int, prompt_tokens: int = 0) -> str:
-    """'44 tokens', or with a prompt '44 tokens (40 of them the prompt's)': the count is the prompted row's."""
-    return f"{n_tokens} tokens" + (f" ({prompt_tokens} of them the prompt's)" if prompt_tokens else "")
 
 
 def chunk_windows(content: np.ndarray, width: int, stride: int) -> list[np.ndarray]:

@@ -101,10 +101,15 @@ def size_text(n: int) -> str:
     return str(n)
 
 
+def tokens_said(n_tokens: int, prompt_tokens: int = 0) -> str:
+    """'44 tokens', or with a prompt '44 tokens (40 of them the prompt's)': the count is the prompted row's (the
+    rejects file's reason and the Encoder's LongTextError say it alike)."""
+    return f"{n_tokens} tokens" + (f" ({prompt_tokens} of them the prompt's)" if prompt_tokens else "")
+
+
 def too_long(n_tokens: int, max_length: int, prompt_tokens: int = 0) -> Reason:
     """A row longer than max length; ``prompt_tokens``: how many of its tokens the prompt put there."""
-    of_prompt = f" ({prompt_tokens} of them the prompt's)" if prompt_tokens else ""
-    return Reason(RejectCode.TOO_LONG, f"{n_tokens} tokens{of_prompt}, more than max length {max_length} "
+    return Reason(RejectCode.TOO_LONG, f"{tokens_said(n_tokens, prompt_tokens)}, more than max length {max_length} "
                                        f"({opt('long_text', 'error')})")
 
 
