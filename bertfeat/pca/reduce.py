@@ -308,8 +308,9 @@ def reduce_features_file(
                 writer = _open_writer(dst, fmt, pca.n_components_, src, meta, ids, extras, dtype)
             with _rows_of(src, ids, seen):
                 Y = pca.transform_rows(X, row_offset=seen)
-            check_float32_range(Y, ids if src.id_name else None, seen, where=f"{src.path} reduced by the PCA: ")  # (written as float32)
-            writer.write(ids, Y, extras)
+            # written as float32: what it cannot hold is said of this file (then the writer's own check has nothing to do)
+            check_float32_range(Y, ids if src.id_name else None, seen, where=f"{src.path} reduced by the PCA: ")
+            writer.write(ids, Y.astype(np.float32, copy=False), extras)
             seen += X.shape[0]
             if on_batch:
                 on_batch(seen)
