@@ -244,21 +244,17 @@ def verify_features(features: str | os.PathLike, *, input: str | os.PathLike | N
     return {**_report(path, reader, enc, pca, dtype, outputs.n, rows, tol, seed), "path_changes": _path_changes(meta, enc)}
 
 
-#: the provenance's gemm keys that change a vector's rounding without changing the model or a setting
-_PATH_KEYS = ("library", "kernel", "cpu", "blas", "kernels", "post_ops", "attention")
-
-
 def _path_changes(meta: dict, enc) -> list[str]:
-    """What of the numeric path differs between the extraction (the provenance's ``gemm``) and this re-encoding, where
-    both record it: "kernels 'numba 0.68.1' -> 'numpy'". A DIFFERENT verdict then says that, not that the input, the
-    model or the file changed."""
+    """What of the numeric path (cache.store.gemm_identity: what changes a vector's rounding) differs between the
+    extraction (the provenance's ``gemm``) and this re-encoding, where both record it: "kernels 'numba 0.68.1' ->
+    'numpy'". A DIFFERENT verdict then says that, not that the input, the model or the file changed."""
     from .cache.store import gemm_identity
 
-    then, now = meta.get("gemm"), gemm_identity(enc)
+    then = meta.get("gemm")
     if not isinstance(then, dict):
         return []
-    return [f"{k} {then[k]!r} -> {now.get(k)!r}" for k in _PATH_KEYS
-            if then.get(k) is not None and now.get(k) is not None and then[k] != now[k]]
+    return [f"{k} {then[k]!r} -> {v!r}" for k, v in gemm_identity(enc).items()
+            if then.get(k) is not None and then[k] != v]
 
 
 def _check_options(features, input, sample, seed, tolerance) -> Path:
