@@ -36,6 +36,16 @@ def write(path, X, labels, **kw):
     return path
 
 
+def fitted(tmp_path, n: int, k: int):
+    """n rows of 3 classes written to full.parquet, and a PCA(k) fitted on them with the file's fingerprint
+    -> (X, y, the file, the PCA)."""
+    X, y = blobs(n, 3)
+    full = write(tmp_path / "full.parquet", X, y.tolist())
+    pca = PCA(k).fit(X.astype(np.float64))
+    pca.fingerprint_ = FP
+    return X, y, full, pca
+
+
 @pytest.mark.parametrize("classes", [2, 3, 5])
 def test_ridge_accuracy_equals_scikit_learns_ridge_classifier_on_the_same_folds(classes):
     sk = pytest.importorskip("sklearn")
@@ -72,10 +82,7 @@ def test_default_ks():
 
 
 def test_probe_file_reduced_and_full_features_agree(tmp_path):
-    X, y = blobs(500, 3)
-    full = write(tmp_path / "full.parquet", X, y.tolist())
-    pca = PCA(8).fit(X.astype(np.float64))
-    pca.fingerprint_ = FP
+    X, y, full, pca = fitted(tmp_path, 500, 8)
     reduced = reduce_features_file(full, tmp_path / "reduced.parquet", pca)
     a = probe_file(pca, full, "label")
     b = probe_file(pca, reduced, "label")
@@ -96,10 +103,7 @@ def test_reduced_features_without_provenance_are_judged_by_their_width(tmp_path)
     """A reduced CSV whose .json was lost: 'red.csv has 8 features per row; the PCA takes 24 (or its 8 components)',
     refusing the width it names as accepted. A file without provenance is judged by its width alone (docs/cli.md);
     one whose provenance records no PCA is refused, saying so."""
-    X, y = blobs(300, 3)
-    full = write(tmp_path / "full.parquet", X, y.tolist())
-    pca = PCA(8).fit(X.astype(np.float64))
-    pca.fingerprint_ = FP
+    X, y, full, pca = fitted(tmp_path, 300, 8)
     red = reduce_features_file(full, tmp_path / "red.csv", pca)
     with_json = probe_file(pca, red, "label")
     (tmp_path / "red.csv.json").unlink()
@@ -267,10 +271,7 @@ def test_extract_label_checks_and_a_label_the_probe_cannot_use(tmp_path, capsys)
 
 def test_probe_of_reduced_features_with_every_component(tmp_path):
     """k == d: a reduced file is still known by its "pca" entry (not transformed a second time)."""
-    X, y = blobs(400, 3)
-    full = write(tmp_path / "full.parquet", X, y.tolist())
-    pca = PCA(D).fit(X.astype(np.float64))
-    pca.fingerprint_ = FP
+    X, y, full, pca = fitted(tmp_path, 400, D)
     reduced = reduce_features_file(full, tmp_path / "reduced.parquet", pca)
     a, b = probe_file(pca, full, "label"), probe_file(pca, reduced, "label")
     assert (a["input"], b["input"]) == ("features", "components")
