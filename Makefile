@@ -80,7 +80,8 @@ bench:
 # the rows whose text it has not seen (docs/cache.md). The cache never changes a result, so it is not a setting.
 # A missing INPUT or APPLY file stops make before anything is written. INPUT, APPLY and BUILD are
 # relative to the directory make runs in (make -f /path/to/bertfeat/Makefile features ... works
-# from anywhere); the default INPUT is the clone's sample. File names must not contain spaces.
+# from anywhere); the default INPUT is the clone's sample. File names must not contain spaces or make / shell syntax
+# (ODD_CHARS below), and EXTRACT_OPTS must not hold the options the rules set (OWNED_FLAGS): both refused up front.
 FEATURES_HOME := $(dir $(abspath $(lastword $(MAKEFILE_LIST))))
 INPUT ?= $(patsubst $(CURDIR)/%,%,$(FEATURES_HOME)examples/sst2_sample.csv)
 APPLY ?=
@@ -130,11 +131,30 @@ space := $(empty) $(empty)
 differ = $(subst $1,,$2)$(subst $2,,$1)
 stamp = $(if $(FEATURES_GOAL),$(if $(call differ,$(shell cat '$1' 2>/dev/null),$(subst $(newline),$(space),$2)),$(if $(DRY_RUN),,$(shell mkdir -p $(dir $1))$(file > $1,$2))settings-changed))
 
+# Characters make features refuses in INPUT / APPLY names (make reads them as rule or variable syntax, or the recipe's
+# shell does), and the extract options the rules set themselves: a second -o or --pca in EXTRACT_OPTS would write
+# elsewhere or reduce the "raw" features (both seen: a user's file replaced, a PCA fitted on a PCA, exit 0).
+hash := \#
+comma := ,
+ODD_CHARS := : $(hash) = $$ ' " ` ; | & * ? [ ] ( ) < > \ $(comma)
+odd_chars = $(strip $(foreach c,$(ODD_CHARS),$(if $(findstring $c,$1),'$c')))
+OWNED_FLAGS := -o -o% --output --output=% --pca --pca=% --pca-model --pca-model=% --format --format=% --estimate \
+  --estimate=% --estimate-rows --estimate-rows=% --resume --summary-json --summary-json=%
+# A directory INPUT / APPLY (Parquet parts): every file under it, PATH:SIZE:MTIME_NS, goes into its stamp, since a
+# part rewritten in place does not change the directory's own time (and make sees only that).
+dir_stat = $(if $(wildcard $1/.),$(newline)input-file=$(subst $(space),$(newline)input-file=,$(strip $(shell $(PYTHON) -c 'import os, sys; print(" ".join("%s:%d:%d" % (p, s.st_size, s.st_mtime_ns) for d, _, fs in sorted(os.walk(sys.argv[1])) for f in sorted(fs) for p in [os.path.join(d, f)] for s in [os.stat(p)]))' '$1'))))
+
 ifneq ($(FEATURES_GOAL),)
 # Checks before anything is written: computed names are not settings, every input exists, applied stems differ.
 $(foreach v,STEM FEAT_DIR RAW PCA_MODEL PCA_REPORT REDUCED SETTINGS APPLIED EXTRACT_FLAGS MODEL_FILES MODEL_STAT SETTINGS_TEXT CACHE_FLAG,$(if $(filter command line environment override,$(origin $v)),\
   $(error $v is computed by this Makefile and is not a setting (INPUT APPLY APPLY_RAW PCA MODEL POOLING LAYERS ID KEEP EXTRACT_OPTS BUILD CACHE); the PCA is always fitted on INPUT - to reduce other files with INPUT's PCA, name them in APPLY: make features INPUT=train.csv APPLY="test.csv")))
 $(if $(strip $(INPUT)),,$(error INPUT is empty))
+$(if $(word 2,$(INPUT)),$(error INPUT names more than one file ($(INPUT)): INPUT is the one training set - name the others in APPLY, or put Parquet parts in one directory and name it))
+$(if $(filter 1,$(words $(PCA))),,$(error PCA must be one value (a number of components such as 64, a variance fraction such as 0.95, or mle), not '$(PCA)'))
+$(foreach f,$(INPUT) $(APPLY),$(if $(call odd_chars,$(subst ],,$(subst [,,$(subst ?,,$(subst *,,$f))))),,$(if $(call odd_chars,$f),$(error $f: a glob is not taken here - name one file, or a directory of Parquet parts (CSV, TSV or JSONL files: join them into one file first)))))\
+$(foreach f,$(INPUT) $(APPLY),$(if $(call odd_chars,$f),$(error $f: make features cannot take a file name with $(call odd_chars,$f) in it (make or the shell would read it as syntax) - rename the file or link it under a plain name: ln -s '$f' plain.csv))\
+  $(if $(filter -%,$f),$(error $f: a name that starts with '-' would be read as an option - write it ./$f)))
+$(foreach w,$(EXTRACT_OPTS),$(if $(filter $(OWNED_FLAGS),$w),$(error EXTRACT_OPTS: $w is set by make features itself (it writes every output under BUILD, fits the PCA with PCA=, and rebuilds only what changed) - remove it from EXTRACT_OPTS; for a PCA use PCA=N, to reduce other files name them in APPLY)))
 $(foreach f,$(INPUT) $(APPLY),$(if $(wildcard $f),,$(error $f: no such file (INPUT / APPLY are relative to $(CURDIR)); nothing was written)))
 $(foreach s,$(sort $(foreach f,$(APPLY),$(call feat_stem,$f))),$(if $(word 2,$(foreach f,$(APPLY),$(if $(filter $s,$(call feat_stem,$f)),$f))),\
   $(error APPLY: $(strip $(foreach f,$(APPLY),$(if $(filter $s,$(call feat_stem,$f)),$f))) have the same stem $s (their outputs would be one file); rename one)))
@@ -149,7 +169,7 @@ endif
 MODEL_FILES := $(if $(FEATURES_GOAL),$(shell $(BERTFEAT) info $(MODEL) --files 2>/dev/null))
 MODEL_STAT := $(if $(MODEL_FILES),$(shell $(PYTHON) -c 'import os, sys; print(" ".join("%s:%d:%d" % (f, s.st_size, s.st_mtime_ns) for f in sys.argv[1:] for s in [os.stat(f)]))' $(MODEL_FILES)))
 $(if $(MODEL_FILES),$(if $(MODEL_STAT),,$(error could not read the model files' sizes and times with $(PYTHON) (set PYTHON to a Python 3); nothing was written)))
-SETTINGS_TEXT := input=$(abspath $(INPUT)) flags=$(strip $(EXTRACT_FLAGS))$(if $(MODEL_STAT),$(newline)model-file=$(subst $(space),$(newline)model-file=,$(strip $(MODEL_STAT))))
+SETTINGS_TEXT := input=$(abspath $(INPUT))$(call dir_stat,$(INPUT)) flags=$(strip $(EXTRACT_FLAGS))$(if $(MODEL_STAT),$(newline)model-file=$(subst $(space),$(newline)model-file=,$(strip $(MODEL_STAT))))
 SETTINGS_CHANGED := $(call stamp,$(SETTINGS),$(SETTINGS_TEXT))
 
 features: $(RAW) $(PCA_MODEL) $(PCA_REPORT) $(REDUCED) $(APPLIED)
@@ -172,7 +192,7 @@ $(REDUCED): $(RAW) $(PCA_MODEL)
 
 # An applied file: read-only use of the training PCA (a prerequisite, never a target of these rules).
 define apply_rule
-$(call apply_out,$1): $1 $(call apply_stamp,$1) $(PCA_MODEL) $(call stamp,$(call apply_stamp,$1),input=$(abspath $1))
+$(call apply_out,$1): $1 $(call apply_stamp,$1) $(PCA_MODEL) $(call stamp,$(call apply_stamp,$1),input=$(abspath $1)$(call dir_stat,$1))
 	$$(BERTFEAT) extract $1 -o $$@ --pca-model $(PCA_MODEL) --overwrite $$(CACHE_FLAG) $$(EXTRACT_FLAGS)
 $(call apply_raw,$1): $1 $(call apply_stamp,$1) $(SETTINGS) $(SETTINGS_CHANGED) | $(call apply_out,$1)
 	$$(BERTFEAT) extract $1 -o $$@ --overwrite $$(CACHE_FLAG) $$(EXTRACT_FLAGS)

@@ -613,3 +613,87 @@ def test_apply_id_and_raw_features(proj):
     assert meta(t / "apply" / "b.features.parquet")["rows"]["encoded"] == 0  # the reduced extract encoded them
     again = make(*args, "ID=id", "APPLY_RAW=1", cwd=d)
     assert commands_in(again.stdout) == []  # a second make does nothing
+
+
+# ------------------------------------------------------------------------------------------ what it refuses
+REFUSED = [
+    # EXTRACT_OPTS that the rules set themselves: seen writing a PCA of a PCA (exit 0), or replacing a user's file
+    (["EXTRACT_OPTS=--pca 8"], "EXTRACT_OPTS: --pca is set by make features itself"),
+    (["EXTRACT_OPTS=-o mine.parquet"], "EXTRACT_OPTS: -o is set by make features itself"),
+    (["EXTRACT_OPTS=--output=mine.parquet"], "EXTRACT_OPTS: --output=mine.parquet is set by make features itself"),
+    (["EXTRACT_OPTS=--chunk-rows 5 --resume"], "EXTRACT_OPTS: --resume is set by make features itself"),
+    (["EXTRACT_OPTS=--estimate"], "EXTRACT_OPTS: --estimate is set by make features itself"),
+    (["PCA=8 9"], "PCA must be one value (a number of components such as 64, a variance fraction such as 0.95, or "
+                  "mle), not '8 9'"),
+    (["PCA="], "PCA must be one value"),
+    (["INPUT=train.csv a.csv"], "INPUT names more than one file (train.csv a.csv)"),
+    (["INPUT=a:b.csv"], "a:b.csv: make features cannot take a file name with ':' in it (make or the shell would read "
+                        "it as syntax) - rename the file or link it under a plain name: ln -s 'a:b.csv' plain.csv"),
+    (["APPLY=a#b.csv"], "a#b.csv: make features cannot take a file name with '#' in it"),
+    (["APPLY=a=b.csv"], "a=b.csv: make features cannot take a file name with '=' in it"),
+    (["INPUT=a$$b.csv"], "a$b.csv: make features cannot take a file name with '$' in it"),
+    (["INPUT=-dash.csv"], "-dash.csv: a name that starts with '-' would be read as an option - write it ./-dash.csv"),
+    (["INPUT=*.csv"], "*.csv: a glob is not taken here - name one file, or a directory of Parquet parts"),
+]
+
+
+@pytest.mark.parametrize("bad,message", REFUSED, ids=[" ".join(b) for b, _ in REFUSED])
+def test_make_features_refuses_before_writing(tmp_path, bad, message):
+    """Settings make features cannot honour stop it at parse time, naming what to change: no stamp, no build/, no
+    command run, and a user's file named by -o untouched."""
+    text = header() + sample_rows(0, 12)
+    for name in ("train.csv", "a.csv", "a:b.csv", "a#b.csv", "a=b.csv", "a$b.csv", "-dash.csv"):
+        (tmp_path / name).write_text(text, encoding="utf-8")
+    (tmp_path / "mine.parquet").write_text("precious", encoding="utf-8")
+    before = sorted(p.name for p in tmp_path.iterdir())
+    args = ["features", "INPUT=train.csv", "BUILD=build", "PCA=4", *bad]
+    for flag in ([], ["-n"]):
+        p = make(*flag, *args, cwd=tmp_path, check=False)
+        assert p.returncode == 2 and message in p.stderr, p.stderr
+        assert commands_in(p.stdout) == []
+        assert sorted(x.name for x in tmp_path.iterdir()) == before
+    assert (tmp_path / "mine.parquet").read_text(encoding="utf-8") == "precious"
+
+
+def test_make_features_dash_name_written_dot_slash_runs(tmp_path):
+    from extract_util import tiny_model
+
+    (tmp_path / "-dash.csv").write_text(header() + sample_rows(0, 12), encoding="utf-8")
+    make("features", "INPUT=./-dash.csv", "BUILD=build", "PCA=3", f"MODEL={tiny_model()}", cwd=tmp_path)
+    assert (tmp_path / "build" / "features" / "-dash" / "-dash.pca3.parquet").is_file()
+
+
+def test_make_features_a_directory_part_rewritten_in_place_re_extracts(tmp_path):
+    """A directory of Parquet parts: a part rewritten in place leaves the directory's time alone (make sees only
+    that), so each file's size and time is in the stamp: -q says out of date, the run re-extracts and reads the new
+    text; a second run does nothing."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from extract_util import tiny_model
+
+    rows = [line.split(",", 2) for line in sample_rows(0, 12).splitlines()]
+    parts = tmp_path / "parts"
+    parts.mkdir()
+    for name, chunk in (("p1.parquet", rows[:6]), ("p2.parquet", rows[6:])):
+        pq.write_table(pa.table({"id": [r[0] for r in chunk], "text": [r[2] for r in chunk]}), parts / name)
+    args = ["features", "INPUT=parts", "BUILD=build", "PCA=3", "ID=id", f"MODEL={tiny_model()}"]
+    make(*args, cwd=tmp_path)
+    raw = tmp_path / "build" / "features" / "parts" / "parts.features.parquet"
+    first = pq.read_table(raw)
+    assert make("-q", *args, cwd=tmp_path, check=False).returncode == 0
+
+    dir_time = parts.stat().st_mtime_ns
+    chunk = rows[6:]
+    with open(parts / "p2.parquet", "r+b") as f:  # the same inode, rewritten: the directory's time stays
+        f.truncate(0)
+        pq.write_table(pa.table({"id": [r[0] for r in chunk], "text": ["a brand new text"] + [r[2] for r in
+                                                                                              chunk[1:]]}), f)
+    assert parts.stat().st_mtime_ns == dir_time
+    assert make("-q", *args, cwd=tmp_path, check=False).returncode == 1
+    run = make(*args, cwd=tmp_path)
+    assert [c.split()[1] for c in commands_in(run.stdout)] == ["extract", "pca", "pca"], run.stdout
+    second = pq.read_table(raw)
+    changed = [i for i in range(12) if first["embedding"][i] != second["embedding"][i]]
+    assert changed == [6]
+    assert "Nothing to be done" in make(*args, cwd=tmp_path).stdout
