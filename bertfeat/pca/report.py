@@ -11,8 +11,12 @@ Numbers (shape legend: n rows, d features, r = min(n, d), k kept components):
 * ``suggestions``: two data-driven choices of k, each ``{"components": k or None, "why": ...}`` (None says why):
   ``mle``, Minka's MLE (what ``n_components="mle"`` keeps, as scikit-learn's; needs n >= d and the whole
   spectrum) and ``broken_stick``, the leading components whose ratio exceeds the broken-stick expectation
-  b_i = (1/d) sum_{j=i..d} 1/j (Jackson 1993: the share of the i-th longest piece of a stick broken at random
-  into d pieces; with the randomized solver, known only if a component within the known part falls below it).
+  b_i = (1/p) sum_{j=i..p} 1/j (Jackson 1993: the share of the i-th longest piece of a stick broken at random
+  into p pieces, p = min(d, n - 1) the most components that can hold variance: with fewer rows than features, a
+  d-piece stick put every component of pure noise above it; with the randomized solver, known only if a component
+  within the known part falls below it).
+* No variance at all (every row the same): ``variance_kept`` and ``reconstruction.relative`` are None (0 / 0; the
+  report said 0 % kept and 0 % discarded), ``note`` says why, and building the report warns.
   The scree figure draws the broken-stick curve.
 * ``probe`` (only when asked, ``bertfeat report --probe FEATURES --label COLUMN``): cross-validated accuracy of a
   ridge classifier on the first k components for a label column, against the majority class and, for the
@@ -25,11 +29,12 @@ import json
 import os
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import numpy as np
 
 from ..atomic import atomic_output, remove_stale_temps, together
-from ..errors import visible
+from ..errors import visible, warn
 from .estimator import PCA
 from .solvers import components_needed, infer_dimension
 
@@ -48,6 +53,12 @@ def broken_stick(d: int) -> np.ndarray:
     return np.cumsum(1.0 / np.arange(d, 0, -1, dtype=np.float64))[::-1] / d
 
 
+def stick_pieces(n: int, d: int) -> int:
+    """The pieces of the broken stick for n rows of d features: the components that can hold variance, min(d, n - 1)
+    (centred rows span at most n - 1 directions), at least 1."""
+    return max(1, min(d, n - 1))
+
+
 def suggestions(spectrum: np.ndarray, ratio: np.ndarray, n: int, d: int, complete: bool) -> dict:
     """Minka's MLE and the broken-stick rule's k for a spectrum (r,) or its known top part (see the docstring)."""
     if not complete:
@@ -56,7 +67,10 @@ def suggestions(spectrum: np.ndarray, ratio: np.ndarray, n: int, d: int, complet
         mle = {"components": None, "why": f"needs at least as many rows as features ({n:,} < {d:,})"}
     else:
         mle = {"components": infer_dimension(spectrum, n), "why": "Minka's MLE, what n_components='mle' keeps"}
-    below = np.flatnonzero(ratio <= broken_stick(d)[: len(ratio)])  # components at or under their expected share
+    expected = np.zeros(len(ratio))
+    stick_d = broken_stick(stick_pieces(n, d))[: len(ratio)]
+    expected[: len(stick_d)] = stick_d  # components past the rank: expected share 0, and none above it
+    below = np.flatnonzero(ratio <= expected)  # components at or under their expected share
     if len(below):
         stick = {"components": int(below[0]), "why": "components above the broken-stick expectation"}
     elif complete:
@@ -79,6 +93,10 @@ def build_pca_report(pca: PCA, source: dict | None = None, probe: dict | None = 
     complete = len(spectrum) >= min(n, d)
     discarded = float(spectrum[k:].sum()) if complete else max(total - float(spectrum[:k].sum()), 0.0)
     mse = discarded * (n - 1) / n
+    note = None
+    if not total > 0:
+        note = "the features have no variance (every row the same): no component explains anything"
+        warn(f"PCA report: {note} - check the input's texts (one text repeated?) or the feature file", every_time=False)
     if source is None:
         source = dict(getattr(pca, "source_", None) or {})
         source.setdefault("fingerprint", pca.fingerprint_)
@@ -92,12 +110,12 @@ def build_pca_report(pca: PCA, source: dict | None = None, probe: dict | None = 
         "solver": pca.fit_solver_,
         "whiten": bool(pca.whiten),
         "total_variance": total,
-        "variance_kept": float(cumulative[k - 1]) if k else 0.0,
+        "variance_kept": (float(cumulative[k - 1]) if k else 0.0) if note is None else None,
         "noise_variance": float(pca.noise_variance_),
         "reconstruction": {
             "mse_per_sample": mse,
             "mse_per_feature": mse / d,
-            "relative": discarded / total if total > 0 else 0.0,
+            "relative": discarded / total if note is None else None,
         },
         "thresholds": [{"fraction": t, "components": components_needed(ratio, t)} for t in THRESHOLDS],
         "suggestions": suggestions(spectrum, ratio, n, d, complete),
@@ -108,7 +126,7 @@ def build_pca_report(pca: PCA, source: dict | None = None, probe: dict | None = 
             "cumulative_ratio": cumulative.tolist(),
         },
         "source": source,
-    } | ({"probe": probe} if probe else {})
+    } | ({"note": note} if note else {}) | ({"probe": probe} if probe else {})
 
 
 def report_paths(out_prefix: str | os.PathLike) -> dict[str, Path]:
@@ -126,7 +144,8 @@ def _first(k: int) -> str:
 
 
 def _md(text: Any) -> str:
-    return str(text).replace("|", r"\|")
+    """Text for a Markdown table cell or heading: a newline would end the row, '|' split it, '<' open raw HTML."""
+    return " ".join(str(text).splitlines()).replace("|", r"\|").replace("<", r"\<")
 
 
 def _json_default(o: Any) -> Any:
@@ -142,7 +161,9 @@ def render_markdown(report: dict, png_name: str | None = None) -> str:
     rec = report["reconstruction"]
     lines = ["# PCA report", ""]
     if png_name:
-        lines += [f"![Scree plot and cumulative explained variance]({png_name})", ""]
+        lines += [f"![Scree plot and cumulative explained variance]({quote(png_name)})", ""]  # spaces, ( )
+    if report.get("note"):
+        lines += [f"**Note:** {_md(report['note'])}.", ""]
     lines += [
         "| | |",
         "|---|---|",
@@ -246,8 +267,8 @@ def _draw(report: dict, path: Path) -> None:
     ax1.yaxis.set_minor_formatter(NullFormatter())
     total = report["total_variance"]
     if total > 0:  # where the scree falls under the broken stick, components explain less than chance would
-        stick = broken_stick(report["n_features"])[: len(var)] * total
-        ax1.plot(x, stick, color="grey", linestyle=":", linewidth=1, label="broken stick")
+        stick = broken_stick(stick_pieces(report["n_samples"], report["n_features"]))[: len(var)] * total
+        ax1.plot(x[: len(stick)], stick, color="grey", linestyle=":", linewidth=1, label="broken stick")
     ax1.axvline(k, color="tab:red", linestyle="--", linewidth=1, label=f"k = {k}")
     ax1.set_title("Scree: variance per component")
     ax1.set_xlabel("component")

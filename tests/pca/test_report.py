@@ -208,3 +208,50 @@ def test_scree_axis_stops_at_the_last_meaningful_component(tmp_path, monkeypatch
     write_pca_report(pca, tmp_path / "r")
     assert ((), {"bottom": var[18] / 2}) in limits
     assert scree_range(np.zeros(3))[1] is None  # constant data: nothing to draw, no limit
+
+
+def test_broken_stick_with_fewer_rows_than_features_has_as_many_pieces_as_the_rank(tmp_path):
+    """40 rows of isotropic noise in 384 features: 39 components hold all the variance, each about 1/39 of it. Against
+    a 384-piece stick every one of them beat its expected share (the report suggested 39 for pure noise); against
+    the 39 pieces the rows can fill, none does. The PNG draws the same curve (and is written)."""
+    X = np.random.default_rng(5).normal(size=(40, 384))
+    pca = PCA(5).fit(X)
+    ratio = np.asarray(pca.all_explained_variance_) / pca.total_variance_
+    old = [sum(1.0 / j for j in range(i, 385)) / 384 for i in range(1, 40)]  # the 384-piece stick
+    assert (ratio[:39] > old).all()  # which every component of the noise beat
+    assert ratio[0] < sum(1.0 / j for j in range(1, 40)) / 39  # the 39-piece stick's longest: none beats it
+    assert build_pca_report(pca)["suggestions"]["broken_stick"]["components"] == 0
+    signal = X.copy()
+    signal[:, 0] += np.repeat([-20.0, 20.0], 20)  # one strong direction: it, and only it, is above the stick
+    assert build_pca_report(PCA(5).fit(signal))["suggestions"]["broken_stick"]["components"] == 1
+    assert write_pca_report(pca, tmp_path / "noise")["png"].stat().st_size > 0
+
+
+def test_no_variance_is_said_not_reported_as_zero_percent(tmp_path):
+    """Every row the same: the share kept and the share discarded are both 0 / 0. The report said 0.00 % kept and
+    0.00 % discarded; now both are None ('-'), a note says why, and a BertfeatWarning is issued."""
+    from bertfeat.errors import BertfeatWarning
+
+    pca = PCA(2).fit(np.tile(np.arange(6.0), (12, 1)))
+    with pytest.warns(BertfeatWarning, match=r"PCA report: the features have no variance \(every row the same\)"):
+        paths = write_pca_report(pca, tmp_path / "same")
+    back = json.loads(paths["json"].read_text())
+    assert back["variance_kept"] is None and back["reconstruction"]["relative"] is None
+    assert back["note"] == "the features have no variance (every row the same): no component explains anything"
+    md = paths["markdown"].read_text()
+    assert "**Note:** the features have no variance (every row the same): no component explains anything." in md
+    assert "| variance kept by k | - |" in md and "| variance discarded | - |" in md
+
+
+def test_markdown_escapes_what_would_break_a_row_or_open_html(tmp_path, fitted):
+    """A newline in a path or label ended the table row, '<' passed raw HTML through, and a figure name with a space
+    or parentheses was no link at all (CommonMark ends the destination at the space)."""
+    from bertfeat.pca.report import render_markdown
+
+    report = build_pca_report(fitted, {"features": "a|b\nc.parquet"})
+    report["probe"] = {"label": "label|x\n<script>alert(1)</script>", "skipped": "one class"}
+    md = render_markdown(report, "my report (v1).png")
+    assert "![Scree plot and cumulative explained variance](my%20report%20%28v1%29.png)" in md
+    assert "| features | a\\|b c.parquet |" in md
+    assert "## Linear probe: label\\|x \\<script>alert(1)\\</script>" in md
+    assert "<script>" not in md.replace("\\<script>", "")
