@@ -398,6 +398,14 @@ def stdin_read_error(e: OSError) -> InputError:
     return InputError(f"<stdin>: standard input cannot be read ({e.strerror or one_line(e)})", _STDIN_FIX)
 
 
+def stdin_empty_error(what: str) -> InputError:
+    """No byte on standard input: most often the command before the pipe failed (``false | bertfeat extract -`` said
+    "the file is empty - the first line must name the columns"). ``what``: the input the format expects."""
+    return InputError("<stdin>: standard input is empty (nothing was piped in, or the command writing to it failed)",
+                      f"check the command before the | (in bash, set -o pipefail makes its failure the pipeline's), "
+                      f"and pipe {what} into bertfeat extract -")
+
+
 def quoting_hint(cols: list[str]) -> str:
     """For a kept column that is not found: how to name one whose name keep's text would split (a comma, a double quote,
     or an ending :TYPE), when the input has such a name ('' when it has none)."""

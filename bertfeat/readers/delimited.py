@@ -16,7 +16,7 @@ import pyarrow as pa
 from ..errors import InputError, clipped, one_line, opt
 from .rejects import Reason, RejectCode, shown_text, too_large
 from . import arrowexit
-from .base import HEAD_BYTES, RawBatch, utf8_error_at
+from .base import HEAD_BYTES, RawBatch, stdin_empty_error, utf8_error_at
 from .kept import convert_cells, infer_cell_type, quoted, written_cells
 from .paths import compression_of
 from .stream import CountingReader, NewlineAtEnd, ReadAheadGate
@@ -149,6 +149,8 @@ class CsvReader(TextReader):
 
     def _head_columns(self, head: bytes) -> list[str]:
         """The header as pyarrow parses it (so the names always match the streaming reader's)."""
+        if not head and self.path == "-":
+            raise stdin_empty_error(f"{self.fmt.upper()} whose first line names the columns")
         if not head.strip():
             raise InputError(f"{self.name}: the file is empty", "the first line must name the columns")
         from .csvcheck import likely_delimiters_in, name_of, sniff_delimiter

@@ -25,7 +25,7 @@ def detect_format(path: str, input_format: str | None) -> str:
     if path == "-":
         if input_format:
             return input_format
-        raise InputError("reading standard input needs " + opt("input_format"), f"add {opt('input_format', 'csv|tsv|jsonl')}")
+        raise InputError("reading standard input needs " + opt("input_format"), f"add {opt('input_format', 'csv|tsv|jsonl|parquet')}")
     fmt = input_format or _format_of(path)
     if not is_url(path):
         refuse_special_file(path, fmt)

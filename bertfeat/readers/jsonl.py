@@ -28,7 +28,7 @@ import pyarrow as pa
 from ..errors import InputError, one_line, opt
 from .rejects import Reason, RejectCode, cell, size_text, too_large
 from .textcheck import surrogate_reason
-from .base import HEAD_BYTES, RawBatch
+from .base import HEAD_BYTES, RawBatch, stdin_empty_error
 from .paths import convert_line
 from .kept import JsonNegativeZero, JsonNumber, convert_json, json_class, json_int, json_type, json_written
 from .stream import Swapped, swap_table
@@ -207,6 +207,8 @@ class JsonlReader(TextReader):
                              'bertfeat reads JSONL with one JSON object per line ({"text": ...}); if the '
                              f"file is CSV or TSV, pass {opt('input_format', 'csv')} (or tsv)")
         if not self._json_types and other is None and not any(line.strip() for line in lines):
+            if not head and self.path == "-":
+                raise stdin_empty_error('one JSON object per line ({"text": ...})')
             if self._head_skipped:  # every line read was longer than a row may be: not an empty file
                 raise InputError(f"{self.name}: its first {self._head_skipped:,} line(s) are each longer than a "
                                  f"row may be ({self._head_limit():,} bytes, twice {opt('max_field_bytes')}), so no "

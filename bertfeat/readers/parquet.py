@@ -13,7 +13,8 @@ import pyarrow as pa
 
 from ..errors import InputError, one_line, opt
 from .rejects import Reason, RejectCode, shown_text, too_large
-from .base import MIN_PART_ROWS, Partition, RawBatch, Reader, listing, standard_input, stdin_read_error, utf8_error_at
+from .base import (MIN_PART_ROWS, Partition, RawBatch, Reader, listing, standard_input, stdin_empty_error, stdin_read_error,
+                   utf8_error_at)
 from .kept import (cast_values, check_cast, duplicate_field, python_values, shortest_floats, shown_values, storage,
                    written_cells)
 
@@ -46,7 +47,7 @@ class ParquetReader(Reader):
                     break
                 out.write(data)
         if os.path.getsize(name) == 0:
-            raise InputError("<stdin>: standard input is empty", "pipe a Parquet file into bertfeat extract -")
+            raise stdin_empty_error("a Parquet file")
         return name
 
     def _parquet(self, fh, **options):

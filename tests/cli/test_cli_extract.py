@@ -219,7 +219,7 @@ def test_stdin(tmp_path, fmt):
 
 def test_stdin_needs_format_and_output(tmp_path, capsys):
     rc, _, err = run(capsys, "extract", "-", "-o", tmp_path / "o.parquet")
-    assert (rc, err) == (1, "Error: reading standard input needs --input-format - add --input-format csv|tsv|jsonl\n")
+    assert (rc, err) == (1, "Error: reading standard input needs --input-format - add --input-format csv|tsv|jsonl|parquet\n")
 
 
 def test_sentence_pairs(tmp_path, capsys):

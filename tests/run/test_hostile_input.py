@@ -318,15 +318,19 @@ def test_closed_standard_input_is_one_line(tmp_path, fmt):
     assert sorted(q.name for q in tmp_path.iterdir()) == []
 
 
-@pytest.mark.parametrize("fmt", ["csv", "parquet"])
+@pytest.mark.parametrize("fmt", ["csv", "tsv", "jsonl", "parquet"])
 def test_unreadable_or_empty_standard_input_is_one_line(tmp_path, fmt):
     with open(tmp_path / "w", "wb") as write_only:  # standard input open for writing only
         p = extract_stdin(tmp_path, fmt, stdin=write_only)
     assert (p.returncode, p.stderr) == (1, f"Error: <stdin>: standard input cannot be read (Bad file descriptor) - {STDIN_FIX}\n")
     p = extract_stdin(tmp_path, fmt, stdin=subprocess.DEVNULL)
-    empty = "the file is empty - the first line must name the columns" if fmt == "csv" else \
-        "standard input is empty - pipe a Parquet file into bertfeat extract -"
-    assert (p.returncode, p.stderr) == (1, f"Error: <stdin>: {empty}\n")
+    what = {"csv": "CSV whose first line names the columns", "tsv": "TSV whose first line names the columns",
+            "jsonl": 'one JSON object per line ({"text": ...})', "parquet": "a Parquet file"}[fmt]
+    # no byte at all: said as stdin's (`false | bertfeat extract -` said "the file is empty" for CSV and JSONL)
+    assert (p.returncode, p.stderr) == (1, "Error: <stdin>: standard input is empty (nothing was piped in, or the "
+                                           "command writing to it failed) - check the command before the | (in bash, "
+                                           "set -o pipefail makes its failure the pipeline's), and pipe "
+                                           f"{what} into bertfeat extract -\n")
     assert sorted(q.name for q in tmp_path.iterdir()) == ["w"]
 
 
