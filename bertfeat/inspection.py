@@ -441,6 +441,8 @@ def _write_attention(text, output, pair, model, layer, head, save_npy, max_lengt
     layer_i, head_i = check_layer_head(c.num_hidden_layers, c.num_attention_heads, layer, head)
     tokens, attn = attention_maps(text, pair, max_length=max_length, encoder=enc)
     what = f"head {head_i}" if head_i is not None else f"all {c.num_attention_heads} heads"
+    if enc.precision != "fp32":  # the maps move with the precision (int8: up to 0.02 in probability): say which
+        what += f" ({enc.precision})"
     with together():  # both files or neither: a failed .npy left a new (or replaced) PNG behind
         png = plot_attention(tokens, attn, output, layer_i, head_i, title=f"{enc.model_id}: layer {layer_i}, {what}")
         npy = save_attention_npy(attn, save_npy) if save_npy is not None else None
@@ -449,6 +451,7 @@ def _write_attention(text, output, pair, model, layer, head, save_npy, max_lengt
         "layer": layer_i,
         "heads": list(range(c.num_attention_heads)) if head_i is None else [head_i],
         "n_tokens": len(tokens),
+        "precision": enc.precision,
         "png": str(png),
         "png_pixels": list(figure_pixels(c.num_attention_heads if head_i is None else 1)),
         "npy": None if npy is None else str(npy),

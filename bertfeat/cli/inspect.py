@@ -126,11 +126,12 @@ def attention_command(
     _, err = _consoles()  # "wrote ..." goes to stderr, as for every command that writes files
     heads = f"head {r['heads'][0]}" if len(r["heads"]) == 1 else f"{len(r['heads'])} heads"
     w, h = r["png_pixels"]
-    err.print(f"wrote {r['png']} (layer {r['layer']}, {heads}, {r['n_tokens']} tokens, {w}x{h} px)", markup=False,
+    prec = "" if r["precision"] == "fp32" else f", {r['precision']}"
+    err.print(f"wrote {r['png']} (layer {r['layer']}, {heads}, {r['n_tokens']} tokens{prec}, {w}x{h} px)", markup=False,
               highlight=False, soft_wrap=True)
     if r["npy"]:
         shape = " x ".join(str(n) for n in r["npy_shape"])
-        err.print(f"wrote {r['npy']} (float32, layers x heads x T x T = {shape})", markup=False, highlight=False,
+        err.print(f"wrote {r['npy']} (float32{prec}, layers x heads x T x T = {shape})", markup=False, highlight=False,
                   soft_wrap=True)
 
 

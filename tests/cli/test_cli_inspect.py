@@ -449,6 +449,8 @@ def test_inspect_commands_take_the_precisions(precision, capsys, tmp_path, mlm_d
                        "--precision", precision)
     assert rc == 0 and out == ""
     assert [line.split()[:2] for line in err.splitlines()] == [["wrote", str(tmp_path / "a.png")], ["wrote", str(npy)]]
+    said = "" if enc.precision == "fp32" else f", {enc.precision}"  # the maps move with it: both lines say which ran
+    assert f" tokens{said}, " in err.splitlines()[0] and f"(float32{said}, layers" in err.splitlines()[1]
     a, ref = np.load(npy), attention_maps("The cat sat.", encoder=enc)[1]
     np.testing.assert_array_equal(a, ref)
     a32 = attention_maps("The cat sat.", model=str(mlm_dir))[1]
