@@ -169,6 +169,11 @@ def _differences(old: dict, new: dict) -> list[tuple]:
     return dict_differences(old, new, keys=keys, missing=None, default=str)
 
 
+def _said(g: dict, key: str) -> str:
+    """A GEMM path's value for a message: absent (no such setting on that path) is 'none', not Python's None."""
+    return repr(g[key]) if key in g else "none"
+
+
 def manifest_differences(old: dict, new: dict) -> list[str]:
     """What differs between the manifest of the interrupted run and this run's, in words."""
     out = []
@@ -188,7 +193,9 @@ def manifest_differences(old: dict, new: dict) -> list[str]:
                 out.append(f"GEMM path: {said[0]} -> {said[1]}")
             else:  # the same library: its keys that differ (the kernels, NumPy's BLAS ...), not both dicts whole
                 keys = sorted(n for n in set(a) | set(b) if a.get(n) != b.get(n))
-                out.append("GEMM path: " + "; ".join(f"{n} {a.get(n)!r} -> {b.get(n)!r}" for n in keys))
+                if "kernels" in keys and "attention" in keys:  # the attention's revision follows the kernels
+                    keys.remove("attention")
+                out.append("GEMM path: " + "; ".join(f"{n} {_said(a, n)} -> {_said(b, n)}" for n in keys))
         elif k == "pca_model" and isinstance(a, dict) and isinstance(b, dict) and a.get("path") == b.get("path"):
             out.append(f"PCA model {a.get('path')} changed since the interrupted run (sha256 {str(a.get('sha256'))[:12]} -> "
                        f"{str(b.get('sha256'))[:12]})")  # refitted: the kept chunks were reduced with the old one

@@ -303,10 +303,23 @@ def test_resume_on_other_kernels_names_what_differs(tmp_path, capsys, monkeypatc
         monkeypatch.delenv("BERTFEAT_KERNELS")
         kernels.use(None)
     assert (rc, err) == (1, "Error: cannot resume: the settings or the input differ from the interrupted run (GEMM path: "
-                            f"attention None -> 'per sequence'; kernels '{numba}' -> 'numpy') - rerun with --overwrite "
+                            f"kernels '{numba}' -> 'numpy') - rerun with --overwrite "
                             "instead of --resume to start over, or use the original settings\n")
     rc, _, err = run(capsys, "extract", src, "-o", out, *args, "--resume")
     assert rc == 0, err
+
+
+def test_gemm_path_differences_say_none_for_a_key_one_path_lacks():
+    """A key only one GEMM path has is 'none' there, not Python's None; the attention's revision, which follows the
+    kernels (cache.store.attention_revision), is not named beside them (audit: "attention None -> 'per sequence'")."""
+    from bertfeat.run.manifest import manifest_differences
+
+    a = {"gemm": {"library": "onednn", "kernels": "numba 0.61"}}
+    fuse_off = {"gemm": {"library": "onednn", "kernels": "numba 0.61", "post_ops": "off"}}
+    assert manifest_differences(a, fuse_off) == ["GEMM path: post_ops none -> 'off'"]
+    assert manifest_differences(fuse_off, a) == ["GEMM path: post_ops 'off' -> none"]
+    numpy = {"gemm": {"library": "onednn", "kernels": "numpy", "attention": "per sequence"}}
+    assert manifest_differences(a, numpy) == ["GEMM path: kernels 'numba 0.61' -> 'numpy'"]
 
 
 @pytest.mark.parametrize("fmt", ["parquet", "npy", "csv"])
