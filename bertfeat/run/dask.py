@@ -481,6 +481,7 @@ class DaskRun:
         self.tag = uuid.uuid4().hex[:8]  # task keys unique to this run
         self.outputs: dict = {}  # files written beside OUTPUT (the PCA model and report, the rejects)
         self.started = self.opened = self.completed = False
+        self.over_limit: tuple | None = None  # max_bad_rows passed: the error's words but for what stays (failed())
         self.phase = "encode"  # "write" once the outputs are being written (failures.PHASES)
         self.group = None  # the final files' atomic.together group
         # set by connect: the workers' threads, the run's duplicates store, the partitions (split_target: how many
@@ -640,8 +641,8 @@ class DaskRun:
         limit = self.plan.max_bad_rows
         n_read = sum(st["rows_read"] for st in results.values())
         if limit is not None and limit.exceeded(sum(len(st["rejects"]) for st in results.values()), n_read, final):
-            raise limit.error(self.plan.reader.name, [r for i in sorted(results) for r in results[i]["rejects"]], n_read,
-                              kept_for_limit(self.failure("resumable")))
+            self.over_limit = (self.plan.reader.name, [r for i in sorted(results) for r in results[i]["rejects"]], n_read)
+            raise limit.error(*self.over_limit, kept_for_limit(self.failure("resumable")))
 
     def total(self, results: dict[int, dict], done: dict[int, dict]) -> dict:
         """The run's counts from its partitions'; returns the provenance of OUTPUT (_bertfeat.json)."""
@@ -755,6 +756,8 @@ class DaskRun:
             return e
         if self.own_client and self.futures:  # the tasks running go on writing their parts (cancel cannot stop them):
             self.close()  # our cluster closed first, the count of parts kept is the resume's (it said 5 of 7)
+            if self.over_limit is not None:  # its words counted the parts before the running tasks wrote theirs
+                e = self.plan.max_bad_rows.error(*self.over_limit, kept_for_limit(self.failure("resumable")))
         return handle(e, self.failure(kind_of(e, (ClusterError,))), lambda: remove_directory(self.partial))
 
     def close(self) -> None:

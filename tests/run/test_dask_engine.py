@@ -1723,3 +1723,28 @@ def test_an_interrupt_counts_the_parts_the_running_tasks_still_wrote(data, tmp_p
     assert m, note
     s = bertfeat.extract(**_opts(data, out, resume=True), engine="dask", workers=2, blocksize=None)
     assert s.chunks_resumed == int(m[1]) >= 1
+
+
+def test_max_bad_rows_on_an_own_cluster_names_the_partitions_it_kept(tmp_path, real_sentences):
+    """--max-bad-rows passed with --workers (bertfeat's own cluster): the refusal counted the parts when the limit was
+    seen, and the tasks still running wrote theirs after (it said 1 kept, 3 were; found by audit). Its words are now
+    made once the cluster is closed: the count is the part files a --resume finds."""
+    import subprocess
+
+    from extract_util import tiny_model
+
+    src = tmp_path / "bad.csv"
+    with open(src, "w", newline="", encoding="utf-8") as f:
+        w = csv.writer(f)
+        w.writerow(["id", "text"])
+        for i, t in enumerate(real_sentences[:120]):
+            w.writerow([i, "" if i in (3, 10, 16, 70, 100) else t])
+    out = tmp_path / "o.parquet"
+    p = subprocess.run(["bertfeat", "extract", str(src), "-o", str(out), "--id-column", "id", "--max-bad-rows", "2",
+                        "--engine", "dask", "--workers", "2", "--blocksize", "1KiB", "--model", str(tiny_model()), "-q"],
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 3, p.stderr
+    said = re.search(r"\(the (\d+) finished partition\(s\) are kept in (\S+)\)", p.stderr)
+    assert said, p.stderr
+    parts = sorted(Path(said.group(2)).glob("part-*.parquet"))
+    assert int(said.group(1)) == len(parts) > 0
