@@ -16,6 +16,7 @@ class CountingReader(io.RawIOBase):
         self.count = 0
         self.sizes = None  # (file bytes, decompressed bytes) when the file says (gzip_sizes)
         self.decompressing: NativeRaw | None = None  # the decompressor reading from it, if any (its ``failure``)
+        self.tail = b""  # the last bytes read (up to 4: a line end in any encoding), for line_cut_short
 
     def readable(self):
         return True
@@ -23,6 +24,8 @@ class CountingReader(io.RawIOBase):
     def readinto(self, b):
         n = self._fh.readinto(b)
         self.count += n or 0
+        if n:
+            self.tail = (self.tail + bytes(memoryview(b)[max(0, n - 4):n]))[-4:]
         return n
 
     def close(self):

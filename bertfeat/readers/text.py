@@ -165,7 +165,23 @@ class TextReader(Reader):
         return io.BufferedReader(counter.decompressing, buffer_size=1 << 20), counter
 
     def batches(self):
-        yield from self._parse_from(self._open_binary, self.path != "-")
+        if self.path != "-":
+            yield from self._parse_from(self._open_binary, True)
+            return
+        seen = []
+
+        def opener():
+            stream, counter = self._open_binary()
+            seen.append(counter)
+            return stream, counter
+
+        yield from self._parse_from(opener, False)
+        if seen and seen[0].count and not ends_a_line(seen[0].tail, self.encoding):
+            from ..errors import warn
+
+            warn("<stdin>: standard input did not end with a line break, so its last row may have been cut short by "
+                 "the command writing it (head -c, a producer that stopped) - check that command finished (in bash, "
+                 "set -o pipefail makes its failure the pipeline's); a file without a last line break reads the same")
 
     def _parse_from(self, opener, reopenable: bool):
         """The batches of the stream ``opener()`` returns (``reopenable``: it can be called again; CsvReader does)."""
@@ -317,6 +333,18 @@ def ebcdic_codec(head: bytes) -> str | None:
 
     best = max(_EBCDIC, key=ascii_share)  # (the first of equals: cp037)
     return best if ascii_share(best) >= 0.97 else None
+
+
+def ends_a_line(tail: bytes, encoding: str) -> bool:
+    """Do the last bytes of a stream end with a line feed or carriage return in ``encoding`` (either byte order for
+    UTF-16 / UTF-32)? An encoding Python does not know: True (nothing said)."""
+    e = encoding.lower().replace("_", "-")
+    codecs_ = [e + "-le", e + "-be"] if e in ("utf-16", "utf-32", "utf16", "utf32") else [encoding]
+    try:
+        ends = {ch.encode(c) for c in codecs_ for ch in ("\n", "\r")}
+    except (UnicodeError, LookupError):
+        return True
+    return any(tail.endswith(x) for x in ends)
 
 
 def line_feed_byte(encoding: str) -> int | None:

@@ -334,6 +334,26 @@ def test_unreadable_or_empty_standard_input_is_one_line(tmp_path, fmt):
     assert sorted(q.name for q in tmp_path.iterdir()) == ["w"]
 
 
+@pytest.mark.parametrize("fmt,encoding,data", [
+    ("csv", "utf-8", "text\nthe first row\nthe irwi"),
+    ("jsonl", "utf-8", '{"text": "the first row"}\n{"text": "the second"}'),
+    ("csv", "utf-16", "text\nthe first row\nthe irwi"),
+])
+def test_standard_input_without_a_last_line_break_is_said(tmp_path, fmt, encoding, data):
+    """`head -c 700 corpus.csv | bertfeat extract -` encoded the cut last row ('the irwi') as a text, exit 0, silent
+    (found by audit). A file cannot be told from it, but standard input cut by its producer is the likely case: a
+    warning says so; the rows are written as before, and a whole stream says nothing."""
+    warning = ("Warning: <stdin>: standard input did not end with a line break, so its last row may have been cut short "
+               "by the command writing it (head -c, a producer that stopped) - check that command finished (in bash, "
+               "set -o pipefail makes its failure the pipeline's); a file without a last line break reads the same\n")
+    for text, said in ((data, warning), (data + "\n", "")):
+        p = subprocess.run(["bertfeat", "extract", "-", "--input-format", fmt, "--encoding", encoding, "-o",
+                            str(tmp_path / "o.parquet"), "--model", str(tiny_model()), "-q", "--overwrite"],
+                           input=text.encode(encoding), capture_output=True, timeout=120)
+        assert (p.returncode, p.stderr.decode()) == (0, said)
+        assert pq.read_table(tmp_path / "o.parquet").num_rows == 2
+
+
 # ------------------------------------------------------------------------------------------ outputs inside the input folder
 def parquet_with(path: Path, table: pa.Table, key: bytes | None = None) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
