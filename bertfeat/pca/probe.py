@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from decimal import Decimal
 from pathlib import Path
 
 import numpy as np
@@ -96,7 +97,7 @@ def ridge_accuracy(Z: np.ndarray, codes: np.ndarray, ks: Sequence[int], fold: np
 def label_codes(labels: list, label: str, where: str, folds: int) -> tuple[np.ndarray, list]:
     """The labelled rows' values -> (class codes (n,) 0 .. c-1, the classes in order), or a BertfeatError saying why
     the column cannot be probed (not class names or numbers, too few rows for the folds, one class, an id)."""
-    odd = next((v for v in labels if not isinstance(v, (str, int, float, bool))), None)
+    odd = next((v for v in labels if not isinstance(v, (str, int, float, bool, Decimal))), None)  # Parquet decimal
     if odd is not None:
         raise BertfeatError(f"the label column {label!r} of {where} holds {type(odd).__name__} values ({str(odd)[:40]})",
                             "probe a column of class names or numbers")

@@ -350,7 +350,17 @@ def convert_json(column: str, value, typ: pa.DataType, given: bool = False,
                                                  f"give its type, e.g. {opt('keep', column + ':int')})" if unseen and not nested
                                                  else _whose(name, given))
                                               + ("; no type keeps a JSON object or array: write it as a string, or "
-                                                 "leave the column out" if nested else "")))
+                                                 "leave the column out" if nested else "")
+                                              + (_json_given(column, name, value) if given and not nested else "")))
+
+
+def _json_given(column: str, name: str, value) -> str:
+    """What a JSONL string under a type given in keep needs: JSONL takes :int / :float from JSON numbers and :bool from
+    true / false, never converting a string (a CSV cell's text is read as the type)."""
+    if not isinstance(value, str):
+        return ""
+    return (f"; JSONL reads :{GIVEN_NAMES[name]} from a JSON {'true or false' if name == 'bool' else 'number'}, "
+            f"not from a string: write the value unquoted, or give {opt('keep', column + ':str')} to keep its text")
 
 
 def _float_holds(f: float, text: str) -> bool:
@@ -409,7 +419,9 @@ def cast_values(column: str, values, typ: pa.DataType) -> tuple[list, dict[int, 
         try:
             out.append(one.cast(typ)[0].as_py())
         except (pa.ArrowException, UnicodeDecodeError) as e:
-            text = shown_text(one.cast(pa.large_binary())[0].as_py()) if _textual(one.type) else str(one[0])
+            shown = None if _textual(one.type) else shown_values(one)  # float32 0.1, not the double it widens to
+            text = (shown_text(one.cast(pa.large_binary())[0].as_py()) if _textual(one.type)
+                    else shown[0] if shown else str(one[0]))
             out.append(text)
             bad[k] = Reason(RejectCode.BAD_KEPT_VALUE, f"kept column {column!r}: {quoted(text)} is not {_WORDS[str(typ)][0]} "
                                                        f"{_whose(str(typ), True)} ({one_line(e, 80)})")

@@ -161,7 +161,8 @@ def fix_for(code: RejectCode | str, skip_does: str = SKIP_WRITES, no_keep: bool 
         RejectCode.BAD_KEPT_VALUE: (f"fix the value (the column's values are of the kind its first rows hold), {skip}"
                                     if no_keep else
                                     f"fix the value, or give the column's type in {opt('keep')} (COLUMN:str keeps every "
-                                    f"value as the text it is written as; :int, :float or :bool reads each as one), {skip}"),
+                                    f"value as the text it is written as; :int, :float or :bool reads each CSV / TSV cell as one, and takes JSONL's "
+                                    f"JSON numbers and true / false), {skip}"),
         RejectCode.TOKEN_PAST_TABLE: (f"leave the token out of the row (the model's tokenizer has tokens its weights "
                                       "cannot embed; sentence-transformers fails on them too), or use a model whose "
                                       f"embedding table covers its tokenizer, {skip}"),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from decimal import Decimal
 
 import numpy as np
 import pyarrow as pa
@@ -131,6 +132,21 @@ def test_probe_file_samples_skips_unlabelled_rows_and_takes_string_labels(tmp_pa
     assert s["rows"] == 300 and s["rows_unlabelled"] == 100
     assert s == probe_file(pca, path, "label", max_rows=300)  # the sample repeats with the seed
     assert s != probe_file(pca, path, "label", max_rows=300, seed=1)
+
+
+def test_probe_file_takes_decimal_labels(tmp_path):
+    """A Parquet decimal label column was refused as "holds Decimal values (1.10) - probe a column of class names or
+    numbers": a decimal is a number; its classes are those of the same labels as integers."""
+    X, y = blobs(400, 3)
+    pca = PCA(6).fit(X.astype(np.float64))
+    pca.fingerprint_ = FP
+    with FeatureWriter(tmp_path / "dec.parquet", dim=X.shape[1], metadata={"fingerprint": FP},
+                       extra_columns={"label": pa.decimal128(4, 2)}) as w:
+        w.write(None, X, {"label": [Decimal(int(v)) + Decimal("0.10") for v in y]})
+    dec = probe_file(pca, tmp_path / "dec.parquet", "label")
+    ints = probe_file(pca, write(tmp_path / "int.parquet", X, y.tolist()), "label")
+    assert dec["accuracy"] == ints["accuracy"] and dec["rows"] == ints["rows"] == 400
+    assert sorted(dec["class_counts"].values()) == sorted(ints["class_counts"].values())
 
 
 def test_probe_file_errors(tmp_path):

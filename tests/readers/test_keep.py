@@ -456,7 +456,8 @@ def test_bad_kept_value_stops_the_run_under_on_bad_row_error(tmp_path):
         bertfeat.extract(str(src), str(tmp_path / "o.parquet"), model=tiny_model(), keep="label")
     assert e.value.message == (f"{src} row 11: kept column 'label': \"abc\" is not an integer (the column's first rows hold "
                                "integers) - fix the value, or give the column's type in keep (COLUMN:str keeps every value "
-                               "as the text it is written as; :int, :float or :bool reads each as one), or pass "
+                               "as the text it is written as; :int, :float or :bool reads each CSV / TSV cell as one, "
+                               "and takes JSONL's JSON numbers and true / false), or pass "
                                "on_bad_row='skip' to write it to the rejects file and go on")
     assert not list(tmp_path.glob("o.*"))
 
@@ -582,6 +583,40 @@ def test_the_rejects_file_shows_jsonl_numbers_and_parquet_values_as_written(tmp_
     assert read_rejects(tmp_path / "o.parquet.rejects.csv") == [["row", "id", "reason", "code", "f"],
                                                                 ["1", "b", "empty text", "007", "2.0"]]
     assert pq.read_table(tmp_path / "o.parquet").select(["code", "f"]).to_pylist() == [{"code": 7, "f": 1}]
+
+
+def test_a_jsonl_value_of_another_kind_than_its_given_type_says_what_jsonl_reads(tmp_path, capsys):
+    """JSONL "7" under --keep a:int: the fix said to give the column's type (":int ... reads each as one"), which the
+    user had done; JSONL takes :int from JSON numbers (a CSV cell's text is read as the type)."""
+    src = tmp_path / "g.jsonl"
+    src.write_text('{"text": "a cat", "a": "7", "b": 1}\n{"text": "a dog", "a": "8", "b": 0}\n')
+    rc, _, err = run(capsys, "extract", src, "-o", tmp_path / "o.parquet", "--model", tiny_model(), "--keep", "a:int", "-q")
+    assert rc == 1 and err == (f"Error: {src} row 0: kept column 'a': \"7\" is a string, not an integer (the type given in "
+                               "--keep: int); JSONL reads :int from a JSON number, not from a string: write the value "
+                               "unquoted, or give --keep a:str to keep its text - fix the value, or give the column's "
+                               "type in --keep (COLUMN:str keeps every value as the text it is written as; :int, :float "
+                               "or :bool reads each CSV / TSV cell as one, and takes JSONL's JSON numbers and true / "
+                               "false), or pass --on-bad-row skip to write it to the rejects file and go on\n")
+    rc, _, err = run(capsys, "extract", src, "-o", tmp_path / "o.parquet", "--model", tiny_model(), "--keep", "b:bool", "-q")
+    assert rc == 1 and err.startswith(f"Error: {src} row 0: kept column 'b': 1 is an integer, not a boolean (true or "
+                                      "false) (the type given in --keep: bool) - fix the value, ")
+    assert not list(tmp_path.glob("o.*"))
+    rc, _, err = run(capsys, "extract", src, "-o", tmp_path / "o.parquet", "--model", tiny_model(), "--keep", "a:str", "-q")
+    assert rc == 0, err
+    assert pq.read_table(tmp_path / "o.parquet").column("a").to_pylist() == ["7", "8"]
+
+
+def test_a_parquet_float32_that_does_not_cast_is_named_as_the_file_holds_it(tmp_path, capsys):
+    """The reason quoted a float32 0.1 as the double it widens to ("0.10000000149011612") beside a cell of 0.1."""
+    src = tmp_path / "p.parquet"
+    pq.write_table(pa.table({"text": ["a cat", "a dog"], "f": pa.array([0.1, 2.0], pa.float32())}), src)
+    rc, _, err = run(capsys, "extract", src, "-o", tmp_path / "o.parquet", "--model", tiny_model(), "--keep", "f:int",
+                     "--on-bad-row", "skip", "-q")
+    assert rc == 0, err
+    rows = read_rejects(tmp_path / "o.parquet.rejects.csv")
+    assert rows[1][:2] + rows[1][3:] == ["0", "", "0.1"]
+    assert rows[1][2].startswith("kept column 'f': \"0.1\" is not an integer (the type given in --keep: int) (")
+    assert pq.read_table(tmp_path / "o.parquet").column("f").to_pylist() == [2]
 
 
 def test_the_rejects_file_shows_parquet_float32_and_binary_values_as_the_file_holds_them(tmp_path, capsys):
@@ -949,7 +984,8 @@ def test_a_later_value_the_head_did_not_type_is_a_bad_row_naming_the_fix(tmp_pat
     with pytest.raises(BertfeatError) as e:
         bertfeat.extract(src, tmp_path / "e.parquet", model=tiny_model(), id_column="id", keep="zip")
     assert e.value.message.endswith("- fix the value, or give the column's type in keep (COLUMN:str keeps every value as "
-                                    "the text it is written as; :int, :float or :bool reads each as one), or pass "
+                                    "the text it is written as; :int, :float or :bool reads each CSV / TSV cell as one, "
+                                    "and takes JSONL's JSON numbers and true / false), or pass "
                                     "on_bad_row='skip' to write it to the rejects file and go on")
     bertfeat.extract(src, tmp_path / "s.parquet", model=tiny_model(), id_column="id", keep="zip:str")
     assert pq.read_table(tmp_path / "s.parquet").column("zip").to_pylist() == [str(10000 + i) for i in range(12)] + ["02134"]
