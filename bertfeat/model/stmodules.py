@@ -713,9 +713,10 @@ def module_files(d: Path) -> list[Path]:
     return [f for kind, folder in module_entries(d) for f in _module_paths(d, kind, folder)]
 
 
-def _check_transformer(i: int, path: str, encoder_dir: str, st_cfg: dict) -> None:
+def _check_transformer(i: int, path: str, d: Path, encoder_dir: str, st_cfg: dict) -> None:
     """The Transformer module: first, in the folder the model's encoder was loaded from, a feature-extraction
-    encoder."""
+    encoder on text (modality_config), with the folder's own tokenizer (tokenizer_name_or_path, which sentence-
+    transformers 6 still follows, names that folder or is absent)."""
     if i != 0:
         raise ConfigError(f"modules.json: the Transformer module must come first (found module {i} at '{path}')",
                           "bertfeat runs models whose first module is the Transformer")
@@ -723,12 +724,47 @@ def _check_transformer(i: int, path: str, encoder_dir: str, st_cfg: dict) -> Non
         raise ConfigError(f"modules.json: the Transformer module's folder '{path}' has no config.json",
                           f"restore the encoder's files (config.json, model.safetensors, tokenizer.json or vocab.txt) "
                           f"into {path}, where sentence-transformers loads them from")
+    sbc = _rel_file(encoder_dir, "sentence_bert_config.json")
     task = st_cfg.get("transformer_task", "feature-extraction")
     out = st_cfg.get("module_output_name", "token_embeddings")
     if task != "feature-extraction" or out != "token_embeddings":
-        raise ConfigError(f"{_rel_file(encoder_dir, 'sentence_bert_config.json')}: transformer_task '{task}' / "
-                          f"output '{out}' cannot be reproduced",
+        raise ConfigError(f"{sbc}: transformer_task '{task}' / output '{out}' cannot be reproduced",
                           "bertfeat runs feature-extraction encoders (token embeddings)")
+    modality = st_cfg.get("modality_config")
+    if modality is not None and not _text_forward(modality):
+        shown = json.dumps(modality)
+        shown = shown if len(shown) <= 120 else shown[:117] + "..."
+        raise ConfigError(f"{sbc}: modality_config {shown} cannot be reproduced (sentence-"
+                          "transformers calls that method or reads that output)",
+                          f"bertfeat runs an encoder's forward pass on text: remove modality_config, or set it to "
+                          f"{json.dumps({'text': _TEXT_FORWARD})}")
+    tok = st_cfg.get("tokenizer_name_or_path")
+    if tok is not None and (not isinstance(tok, str) or not _same_folder(Path(tok), d / encoder_dir)):
+        raise ConfigError(f"{sbc}: tokenizer_name_or_path {json.dumps(tok)} names another tokenizer than the "
+                          "model folder's, which sentence-transformers loads in its place; bertfeat reads only the "
+                          "model folder's files",
+                          f"copy that tokenizer's files (tokenizer.json, tokenizer_config.json, vocab.txt, "
+                          f"special_tokens_map.json) into {d / encoder_dir} and remove tokenizer_name_or_path from "
+                          f"{sbc}")
+
+
+#: the Transformer's modality_config sentence-transformers writes for a feature-extraction encoder
+_TEXT_FORWARD = {"method": "forward", "method_output_name": "last_hidden_state"}
+
+
+def _text_forward(modality) -> bool:
+    """modality_config is the forward pass's last_hidden_state on text, alone (its output name as a one-key path too)."""
+    text = modality.get("text") if isinstance(modality, dict) and len(modality) == 1 else None
+    return (isinstance(text, dict) and text.keys() == _TEXT_FORWARD.keys() and text["method"] == "forward"
+            and text["method_output_name"] in ("last_hidden_state", ["last_hidden_state"]))
+
+
+def _same_folder(a: Path, b: Path) -> bool:
+    """``a`` (as sentence-transformers reads it: from the working directory) is the folder ``b``."""
+    try:
+        return a.is_dir() and a.resolve() == b.resolve()
+    except OSError:
+        return False
 
 
 def _read_pooling(d: Path, folder: str, p: ModelPipeline, hidden_size: int) -> None:
@@ -761,7 +797,7 @@ def _read_modules(d: Path, modules: list, p: ModelPipeline, hidden_size: int, en
     seen_pooling = False
     for i, (kind, path) in enumerate(modules):
         if kind == "Transformer":
-            _check_transformer(i, path, encoder_dir, st_cfg)
+            _check_transformer(i, path, d, encoder_dir, st_cfg)
         elif i == 0:
             raise ConfigError(f"modules.json: module 0 is {kind}, not the Transformer",
                               "bertfeat runs models whose first module is the Transformer")

@@ -482,6 +482,49 @@ def test_malformed_pipeline_files_are_one_line_errors(layouts, tmp_path, rel, co
     assert e.value.what == what.format(d=d) and "\n" not in e.value.message
 
 
+def test_a_tokenizer_or_modality_sentence_transformers_takes_elsewhere_is_refused(layouts, tmp_path):
+    """sentence_bert_config.json's tokenizer_name_or_path (sentence-transformers 6 still tokenizes with that tokenizer)
+    and a modality_config reading another output were not read: bertfeat ran the model folder's tokenizer and
+    last_hidden_state, other vectors at exit 0 (a cased tokenizer beside a lower-casing model: max abs diff 0.94).
+    Refused now; naming the model folder itself, or the modality_config sentence-transformers writes, runs as before."""
+    name = "bge_cls_normalize"
+    want = Encoder(layouts[name]).encode(["The Cat IS good", "hello"])
+    other = tmp_path / "cased_tokenizer"
+    other.mkdir()
+    for key, value, ok in [("tokenizer_name_or_path", str(other), False),
+                           ("tokenizer_name_or_path", 7, False),
+                           ("tokenizer_name_or_path", str(tmp_path / name), True),
+                           ("modality_config", {"text": {"method": "forward", "method_output_name": "pooler_output"}},
+                            False),
+                           ("modality_config", {"text": {"method": "forward", "method_output_name": "last_hidden_state"},
+                                                "image": {"method": "forward", "method_output_name": "last_hidden_state"}},
+                            False),
+                           ("modality_config", {"text": {"method": "forward", "method_output_name": ["last_hidden_state"]}},
+                            True)]:
+        d = tmp_path / name
+        shutil.rmtree(d, ignore_errors=True)
+        shutil.copytree(layouts[name], d)
+        cfg = json.loads((d / "sentence_bert_config.json").read_text())
+        (d / "sentence_bert_config.json").write_text(json.dumps({**cfg, key: value}))
+        if ok:
+            np.testing.assert_array_equal(Encoder(d).encode(["The Cat IS good", "hello"]), want)
+            continue
+        with pytest.raises(BertfeatError) as e:
+            Encoder(d)
+        if key == "modality_config":
+            shown = json.dumps(value) if len(json.dumps(value)) <= 120 else json.dumps(value)[:117] + "..."
+            assert e.value.message == (f"sentence_bert_config.json: modality_config {shown} cannot be "
+                                       "reproduced (sentence-transformers calls that method or reads that output) - "
+                                       "bertfeat runs an encoder's forward pass on text: remove modality_config, or set "
+                                       'it to {"text": {"method": "forward", "method_output_name": "last_hidden_state"}}')
+        else:
+            assert e.value.message == (f"sentence_bert_config.json: tokenizer_name_or_path {json.dumps(value)} names "
+                                       "another tokenizer than the model folder's, which sentence-transformers loads in "
+                                       "its place; bertfeat reads only the model folder's files - copy that tokenizer's "
+                                       "files (tokenizer.json, tokenizer_config.json, vocab.txt, special_tokens_map.json) "
+                                       f"into {d} and remove tokenizer_name_or_path from sentence_bert_config.json")
+
+
 def test_model_max_length_below_3_is_refused(layouts, tmp_path):
     d = _broken(layouts, tmp_path, "m", "sentence_bert_config.json", {})
     cfg = json.loads((d / "tokenizer_config.json").read_text())
