@@ -343,24 +343,41 @@ def ctx_rows_bf16_(ctx, out16):
 
 # --------------------------------------------------------------------------- int8
 # The helpers are inlined (a call per row costs more than a short row's work), but for the weight rows' decoding
-# (_row: compiled apart, called once per call of a kernel). The top channels are found without an index search: a
-# first-index loop inlined into _quant_out stopped vectorizing (0.33 ns an element, 0.05 apart); _stats packs the
-# index into its max instead.
+# (_row: compiled apart, called once per call of a kernel). Every integer step is cast back to int32: numba widens
+# int32 arithmetic to int64, and the min / max loops then ran on half the lanes. _stats finds max |t| alone; the first
+# index holding it is _first_at's, compiled apart (inlined into _quant_out, that loop did not vectorize). Before, one
+# int64 max packed both: _stats 0.34 ns an element, 0.13 now (Intel model 207, AVX-512).
+@_helper
+def _key(b):
+    """The int32 key of float bits b, b ^ ((b >> 31) & 0x7FFFFFFF): keys order as the floats they stand for do."""
+    return np.int32(b ^ np.int32(np.int32(b >> np.int32(31)) & np.int32(0x7FFFFFFF)))
+
+
 @_helper
 def _stats(bits):
-    """(top, lo key, hi key) of a row's int32 bits: lo / hi are the keys of min(row, 0) and max(row, 0) (b ^ ((b >> 31)
-    & 0x7FFFFFFF) orders int32 keys as the floats they stand for, and an integer min / max loop vectorizes where a
-    float one, under NaN rules, does not); ``top`` packs the key of max |t| (|t|'s bits order as |t| does; a NaN's are
-    the largest) with its first index j as (key << 32) | (n - j), so one vectorized max finds both."""
+    """(top, lo key, hi key) of a row's int32 bits: ``top`` the bits of max |t| (|t|'s bits order as |t| does; a NaN's
+    are the largest), lo / hi the keys (_key) of min(row, 0) and max(row, 0): an integer min / max loop vectorizes where
+    a float one, under NaN rules, does not."""
     n = bits.shape[0]
-    top, lo_k, hi_k = np.int64(0), np.int32(0), np.int32(0)
+    top, lo_k, hi_k = np.int32(0), np.int32(0), np.int32(0)
     for j in range(n):
         b = bits[j]
-        top = max(top, (np.int64(b & np.int32(0x7FFFFFFF)) << 32) | np.int64(n - j))
-        k = b ^ ((b >> 31) & np.int32(0x7FFFFFFF))
-        lo_k = min(lo_k, k)
-        hi_k = max(hi_k, k)
+        top = np.int32(max(top, np.int32(b & np.int32(0x7FFFFFFF))))
+        k = _key(b)
+        lo_k = np.int32(min(lo_k, k))
+        hi_k = np.int32(max(hi_k, k))
     return top, lo_k, hi_k
+
+
+@_row
+def _first_at(bits, top):
+    """The first index j with |bits[j]| == top (the first on ties, as quant.take_top): a min over a select, which
+    vectorizes where a loop that stops at the first does not."""
+    n = bits.shape[0]
+    at = np.int32(n)
+    for j in range(n):
+        at = np.int32(min(at, np.int32(j) if np.int32(bits[j] & np.int32(0x7FFFFFFF)) == top else np.int32(n)))
+    return at
 
 
 @_helper
@@ -369,16 +386,16 @@ def _scale_stats(row, inv, t):
     tb = t.view(np.int32)
     n = t.shape[0]
     ss = zero
-    top, lo_k, hi_k = np.int64(0), np.int32(0), np.int32(0)
+    top, lo_k, hi_k = np.int32(0), np.int32(0), np.int32(0)
     for j in range(n):
         v = row[j] * inv[j]
         t[j] = v
         ss += v * v
         b = tb[j]
-        top = max(top, (np.int64(b & np.int32(0x7FFFFFFF)) << 32) | np.int64(n - j))
-        k = b ^ ((b >> 31) & np.int32(0x7FFFFFFF))
-        lo_k = min(lo_k, k)
-        hi_k = max(hi_k, k)
+        top = np.int32(max(top, np.int32(b & np.int32(0x7FFFFFFF))))
+        k = _key(b)
+        lo_k = np.int32(min(lo_k, k))
+        hi_k = np.int32(max(hi_k, k))
     return ss, top, lo_k, hi_k
 
 
@@ -386,8 +403,8 @@ def _scale_stats(row, inv, t):
 def _key_floats(lo_k, hi_k, pair):
     """The floats that the keys lo_k, hi_k stand for (_stats), through ``pair``'s int32 view."""
     pb = pair.view(np.int32)
-    pb[0] = lo_k ^ ((lo_k >> 31) & np.int32(0x7FFFFFFF))
-    pb[1] = hi_k ^ ((hi_k >> 31) & np.int32(0x7FFFFFFF))
+    pb[0] = _key(lo_k)
+    pb[1] = _key(hi_k)
     return pair[0], pair[1]
 
 
@@ -433,15 +450,15 @@ def _quant_out(row, i, nq, t, tb, pair):
     n = t.shape[0]
     ss, top, lo_k, hi_k = _scale_stats(row, inv, t)
     pair[0] = np.sqrt(ss * (top_ratio2 / f32(n)))  # TOP_RATIO rms, and its bits
-    lim = np.int64(pair.view(np.int32)[0])
+    lim = pair.view(np.int32)[0]
     for r in range(top_n):  # a constant count (unrolled), the stats every time: a branch around them costs more
-        if (top >> 32) > lim:
-            k = n - (top & np.int64(0xFFFFFFFF))
+        if top > lim:
+            k = _first_at(tb, top)
             tir[r], tvr[r] = k, t[k]
             t[k] = zero
         else:
             tir[r], tvr[r] = -1, zero
-            lim = np.int64(1) << 40  # no later slot either
+            lim = np.int32(0x7FFFFFFF)  # no later slot either
         top, lo_k, hi_k = _stats(tb)
     s[i], z[i] = _quant_keys(t, q[i], lo_k, hi_k, pair)
 
