@@ -23,13 +23,16 @@ _OPEN, _SEP, _CLOSE = "\ue000", "\ue002", "\ue001"
 #: right-to-left override in a name or a wordpiece reorders the rest of the line in a terminal that applies the bidi
 #: algorithm, and each is invisible where it does not
 _BIDI = "\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069"
+#: invisible characters a name holds unseen: the zero-width space and the BOM (U+FEFF: a header line's BOM after files
+#: were joined, "\ufeffid" shown as "id" beside an --id-column id it does not match)
+_INVISIBLE = "\u200b\ufeff"
 #: characters that would break an error's one line or drive the terminal: C0 / C1 controls (newline, CR, tab, NUL, the
 #: ESC of an ANSI sequence ...), DEL, Unicode's line / paragraph separators and its bidirectional controls; and lone
 #: surrogates (a file name's bytes that are not UTF-8, as Python decodes them), which a stream that encodes strictly
 #: cannot write at all
-_CONTROL = re.compile(f"[\x00-\x1f\x7f-\x9f\u2028\u2029{_BIDI}\ud800-\udfff]")
+_CONTROL = re.compile(f"[\x00-\x1f\x7f-\x9f\u2028\u2029{_BIDI}{_INVISIBLE}\ud800-\udfff]")
 #: the same, less C0, which JSON escapes itself (a raw newline in JSON text is its layout's)
-_JSON_CONTROL = re.compile(f"[\x7f-\x9f\u2028\u2029{_BIDI}\ud800-\udfff]")
+_JSON_CONTROL = re.compile(f"[\x7f-\x9f\u2028\u2029{_BIDI}{_INVISIBLE}\ud800-\udfff]")
 _MARK = re.compile(f"{_OPEN}([^{_CLOSE}]*){_CLOSE}")
 _UNSET = object()
 

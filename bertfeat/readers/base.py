@@ -168,7 +168,20 @@ class Reader:
         self._kept_types: dict[str, pa.DataType] = {}
         if keep:
             self._select_keep(tuple(keep), label, dict(keep_as or {}))
+        self._refuse_ambiguous(text_column, pair_column, id_column, keep or (), label)
         self.__dict__.pop("_sample", None)  # the head a format held for _decide_keep_types
+
+    def _refuse_ambiguous(self, text_column, pair_column, id_column, keep, label) -> None:
+        """A column named that more than one column bears (a blank name: a CSV header's repeated names are refused but
+        for blank ones, ',text,' and '  '): pyarrow reads the first, and which one the user means is not ours to guess."""
+        asked = [("text_column", text_column), ("pair_column", pair_column), ("id_column", id_column)]
+        asked += [("label" if c == label else "keep", c) for c in keep]
+        for param, col in asked:
+            at = [i + 1 for i, c in enumerate(self.columns) if c == col] if col is not None else []
+            if len(at) > 1:
+                raise InputError(f"{self.name}: {opt(param)} {col!r} names {len(at)} columns of the header line "
+                                 f"(columns {', '.join(map(str, at[:-1]))} and {at[-1]})",
+                                 "give each of them a name in the header line, and pass the one to read")
 
     def _setup(self, delimiter: str | None) -> None:
         """Format-specific state before the columns are read."""

@@ -80,6 +80,26 @@ def test_blank_header_names_are_not_duplicates(tmp_path, capsys):
     assert_close(embeddings(read_table(out)), tiny_encoder().encode(TEXTS[:2]))
 
 
+@pytest.mark.parametrize("names, flag", [([" ", "text", " "], ["--keep", " "]), (["", "text", ""], ["--text-column", ""])])
+def test_a_blank_name_two_columns_bear_is_refused_when_chosen(tmp_path, capsys, names, flag):
+    """',text,' with --text-column '': the first blank-named column was read (its cells encoded, exit 0) although two
+    bear that name; repeated names are refused, blank ones only when a run reads one."""
+    src = write_csv(tmp_path / "b.csv", names, [["first blank", "the text", "second blank"]])
+    which = f"--{flag[0][2:]} {flag[1]!r}"
+    refused(capsys, src, tmp_path / "o.parquet", f"{src}: {which} names 2 columns of the header line (columns 1 and 3) - "
+                                                 "give each of them a name in the header line, and pass the one to read",
+            *flag)
+
+
+def test_a_bom_in_a_column_name_is_shown(tmp_path, capsys):
+    """A header line's BOM after blank lines (files joined) is part of the first name: 'columns are: \ufeffid' showed it
+    raw, invisible, beside the --id-column id it did not match."""
+    src = tmp_path / "b.csv"
+    src.write_bytes(b"\n\n\xef\xbb\xbfid,text\n1,hello\n")
+    refused(capsys, src, tmp_path / "o.parquet", f"{src}: --id-column 'id' is not a column - columns are: \\ufeffid, text",
+            "--id-column", "id")
+
+
 # ------------------------------------------------------------------------------------------ JSONL lines that are not objects
 JSONL_FIX = 'bertfeat reads JSONL with one JSON object per line ({"text": ...}); convert the file, or use CSV'
 
