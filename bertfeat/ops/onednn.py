@@ -47,6 +47,10 @@ _ARG_SRC, _ARG_DST, _ARG_WEIGHTS, _ARG_BIAS, _ARG_SCRATCHPAD = 1, 17, 33, 41, 80
 #: against model/bert.py's own functions, so a wrong value cannot pass)
 ACTIVATIONS = {"gelu": 0x31, "gelu_new": 0x2b, "gelu_pytorch_tanh": 0x2b, "gelu_fast": 0x2b, "relu": 0x20}
 _ENGINE_CPU, _STREAM_IN_ORDER, _SCRATCHPAD_USER = 1, 1, 1
+#: dnnl_fpmath_mode_strict: every primitive computes in the types it is given. oneDNN's default mode comes from the
+#: environment (ONEDNN_DEFAULT_FPMATH_MODE=BF16 let an fp32 product round its inputs to bf16 on a CPU with bf16, an
+#: "fp32" run nothing recorded); bertfeat's precision is its own option, so every attribute it makes says strict
+_FPMATH_STRICT = 0
 _STATUS = {1: "out of memory", 2: "invalid arguments", 3: "unimplemented", 4: "last implementation reached",
            5: "runtime error", 6: "not required", 7: "invalid graph", 8: "invalid graph op", 9: "invalid shape",
            10: "invalid data type"}
@@ -115,6 +119,7 @@ def _bind(lib: ctypes.CDLL) -> None:
         "dnnl_primitive_attr_destroy": [P],
         "dnnl_primitive_attr_set_scratchpad_mode": [P, I],
         "dnnl_primitive_attr_set_post_ops": [P, P],
+        "dnnl_primitive_attr_set_fpmath_mode": [P, I],
         "dnnl_post_ops_create": [ctypes.POINTER(P)],
         "dnnl_post_ops_destroy": [P],
         "dnnl_post_ops_append_eltwise": [P, I, ctypes.c_float, ctypes.c_float],
@@ -228,10 +233,17 @@ def _md_any(shape: tuple[int, ...], dtype: int) -> ctypes.c_void_p:
     return md
 
 
-def _user_scratchpad_attr() -> ctypes.c_void_p:
+def _strict_attr() -> ctypes.c_void_p:
+    """A new primitive attribute whose math is strict (_FPMATH_STRICT), whatever the environment's default."""
     lib, attr = _lib(), ctypes.c_void_p()
     _check(lib.dnnl_primitive_attr_create(ctypes.byref(attr)), "primitive_attr_create")
-    _check(lib.dnnl_primitive_attr_set_scratchpad_mode(attr, _SCRATCHPAD_USER), "set_scratchpad_mode")
+    _check(lib.dnnl_primitive_attr_set_fpmath_mode(attr, _FPMATH_STRICT), "set_fpmath_mode")
+    return attr
+
+
+def _user_scratchpad_attr() -> ctypes.c_void_p:
+    attr = _strict_attr()
+    _check(_lib().dnnl_primitive_attr_set_scratchpad_mode(attr, _SCRATCHPAD_USER), "set_scratchpad_mode")
     return attr
 
 
@@ -335,8 +347,12 @@ class Packed:
 def _reorder(src_md, src_ptr: int, dst_md, dst_ptr: int) -> None:
     """Copy between two layouts of the same tensor (one-off: packing and unpacking weights)."""
     lib, eng = _lib(), _state["engine"]
-    pd, prim = ctypes.c_void_p(), ctypes.c_void_p()
-    _check(lib.dnnl_reorder_primitive_desc_create(ctypes.byref(pd), src_md, eng, dst_md, eng, None), "reorder_desc_create")
+    pd, prim, attr = ctypes.c_void_p(), ctypes.c_void_p(), _strict_attr()
+    try:
+        _check(lib.dnnl_reorder_primitive_desc_create(ctypes.byref(pd), src_md, eng, dst_md, eng, attr),
+               "reorder_desc_create")
+    finally:
+        lib.dnnl_primitive_attr_destroy(attr)
     mems = []
     try:
         _check(lib.dnnl_primitive_create(ctypes.byref(prim), pd), "reorder create")

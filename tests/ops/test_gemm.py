@@ -250,3 +250,35 @@ def test_onednn_fp32_on_gemm_jit_runs_in_blocks_when_asked(monkeypatch):
     monkeypatch.setenv("BERTFEAT_GEMM", "onednn")
     p = gemm.resolve("fp32")
     assert (p.library, p.kernel, p.reason) == ("onednn", "gemm:jit:f32 in blocks of 512 rows", "BERTFEAT_GEMM=onednn")
+
+
+_FPMATH = r"""
+import numpy as np
+from bertfeat.ops import onednn
+rng = np.random.default_rng(0)
+w = rng.standard_normal((64, 96), dtype=np.float32)
+p = onednn.pack(w)
+x = rng.standard_normal((5, 64), dtype=np.float32)
+got = onednn.matmul(x, p)
+print("max abs diff", float(np.abs(got - x.astype(np.float64) @ w.astype(np.float64)).max()))
+"""
+
+
+@pytest.mark.skipif(not __import__("bertfeat.ops.onednn", fromlist=["x"]).available(),
+                    reason="oneDNN (the fast extra) is not installed")
+def test_onednn_math_is_strict_whatever_the_environment_says():
+    """ONEDNN_DEFAULT_FPMATH_MODE=BF16 made every primitive bertfeat built (the fp32 products, the weights' reorders)
+    take 'attr-fpmath:bf16': on a CPU with bf16 an fp32 run would round its products' inputs to bf16, its provenance and
+    cache key saying fp32. Each attribute is strict now: oneDNN's verbose log names no fpmath mode, and the products
+    are fp32's (within 1e-4 of float64 here; bf16 inputs are off by ~1e-2)."""
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, ONEDNN_DEFAULT_FPMATH_MODE="BF16", ONEDNN_VERBOSE="1")
+    r = subprocess.run([sys.executable, "-c", _FPMATH], capture_output=True, text=True, env=env, timeout=300)
+    assert r.returncode == 0, r.stderr
+    log = [line for line in r.stdout.splitlines() if line.startswith("onednn_verbose,exec,cpu,")]
+    assert any(",matmul," in line for line in log) and any(",reorder," in line for line in log), r.stdout[-2000:]
+    assert not [line for line in log if "fpmath" in line], log
+    assert float(r.stdout.strip().splitlines()[-1].split()[-1]) < 1e-4
