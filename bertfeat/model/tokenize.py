@@ -408,6 +408,30 @@ def _refuse_unknown_vocab_class(d: Path, cls_name: str, tok_cfg: dict, model_cfg
                       f"WordPiece, set \"tokenizer_class\": \"BertTokenizer\" in {d / 'tokenizer_config.json'}")
 
 
+#: transformers 5's tokenizer classes with no tokenizers backend (PythonBackend or SentencePiece ones): AutoTokenizer
+#: builds them from their vocabulary files and splits words their own way (BertJapaneseTokenizer: MeCab or characters
+#: first), never reading a tokenizer.json the folder holds. Listed from transformers 5.25's TOKENIZER_MAPPING_NAMES.
+_PYTHON_CLASSES = frozenset({
+    "BartphoTokenizer", "BertJapaneseTokenizer", "BertweetTokenizer", "BioGptTokenizer", "BlenderbotSmallTokenizer",
+    "ByT5Tokenizer", "CTRLTokenizer", "CanineTokenizer", "ClvpTokenizer", "CpmAntTokenizer", "CpmTokenizer",
+    "DiaTokenizer", "EsmTokenizer", "FSMTTokenizer", "FlaubertTokenizer", "GPTNeoXJapaneseTokenizer", "MgpstrTokenizer",
+    "MyT5Tokenizer", "PLBartTokenizer", "PerceiverTokenizer", "PhobertTokenizer", "ProphetNetTokenizer",
+    "RoCBertTokenizer", "TapasTokenizer", "XLMTokenizer"})
+
+
+def _refuse_python_class(d: Path, cls_name: str, tok_cfg: dict, model_cfg: dict) -> None:
+    """A folder with a tokenizer.json whose class transformers builds in Python (_PYTHON_CLASSES): its texts would be
+    split otherwise than transformers splits them, silently (a BertJapaneseTokenizer folder: max abs diff 0.16)."""
+    if cls_name.removesuffix("Fast") not in _PYTHON_CLASSES:
+        return
+    raise ConfigError(f"{d / 'tokenizer.json'}: transformers loads this folder's tokenizer as {cls_name} "
+                      f"({_class_origin(tok_cfg, model_cfg)}), which it builds in Python from the vocabulary files "
+                      "without reading tokenizer.json, and whose tokenization bertfeat does not reproduce",
+                      "use a model whose tokenizer is read from tokenizer.json; if this tokenizer.json is the model's "
+                      "own tokenizer, set \"tokenizer_class\": \"PreTrainedTokenizerFast\" in "
+                      f"{d / 'tokenizer_config.json'}")
+
+
 def load_tokenizer(d: Path, tok_cfg: dict, model_cfg: dict, cls_name: str):
     """Folder ``d``'s tokenizer (its tokenizer_config.json and config.json ``tok_cfg`` / ``model_cfg``, the class
     transformers picks from them: transformers_class) as transformers 5's AutoTokenizer loads it -> (tokenizers.Tokenizer, its source,
@@ -418,6 +442,7 @@ def load_tokenizer(d: Path, tok_cfg: dict, model_cfg: dict, cls_name: str):
     special_map = json_object(d / "special_tokens_map.json")
     src = tokenizer_source(d)
     if src is not None and src.name == "tokenizer.json":
+        _refuse_python_class(d, cls_name, tok_cfg, model_cfg)
         rebuilt = own_class(cls_name) is not None
         tk, stored = read_tokenizer_json(src, keep_added=not rebuilt)
         check_class_fits(d, cls_name, type(tk.model).__name__, tok_cfg, model_cfg)

@@ -593,6 +593,31 @@ def test_a_vocab_txt_of_a_class_bertfeat_does_not_reproduce_is_refused(minilm_di
             minilm_dir, 128).encode(["plain text"]).ids[0].tolist()
 
 
+def test_a_tokenizer_json_of_a_class_transformers_builds_in_python_is_refused(minilm_dir, tmp_path):
+    """A folder with a tokenizer.json whose tokenizer_config.json names BertJapaneseTokenizer: transformers 5 builds
+    that class in Python from vocab.txt (words split first, subwords of each) and never reads tokenizer.json, which
+    bertfeat loaded as stored: 日本語のテキストです split otherwise, the vectors up to 0.16 apart at exit 0."""
+    from transformers import AutoTokenizer
+
+    d = _copy_tokenizer(minilm_dir, tmp_path / "jp", lambda c: c.update(tokenizer_class="BertJapaneseTokenizer",
+                                                                         word_tokenizer_type="basic"))
+    text = "日本語のテキストです"
+    ref = AutoTokenizer.from_pretrained(str(d))
+    assert type(ref).__name__ == "BertJapaneseTokenizer"
+    assert ref(text)["input_ids"] != Ours.from_dir(minilm_dir, 128).encode([text]).ids[0].tolist()  # (as stored)
+    with pytest.raises(BertfeatError) as e:
+        Ours.from_dir(d, 128)
+    assert str(e.value) == (f"{d / 'tokenizer.json'}: transformers loads this folder's tokenizer as BertJapaneseTokenizer "
+                            "(tokenizer_config.json's tokenizer_class 'BertJapaneseTokenizer'), which it builds in "
+                            "Python from the vocabulary files without reading tokenizer.json, and whose tokenization "
+                            "bertfeat does not reproduce - use a model whose tokenizer is read from tokenizer.json; if "
+                            "this tokenizer.json is the model's own tokenizer, set \"tokenizer_class\": "
+                            f"\"PreTrainedTokenizerFast\" in {d / 'tokenizer_config.json'}")
+    _edit_json(d / "tokenizer_config.json", lambda c: c.update(tokenizer_class="PreTrainedTokenizerFast"))
+    assert Ours.from_dir(d, 128).encode([text]).ids[0].tolist() == Ours.from_dir(minilm_dir, 128).encode(
+        [text]).ids[0].tolist()
+
+
 def test_a_tokenizer_json_the_tokenizers_library_panics_on_is_one_line(tmp_path):
     """tokenizers panics in Rust building this BPE (a pyo3 PanicException, no Exception): one ConfigError line."""
     from st_ckpt import roberta_checkpoint
