@@ -33,6 +33,7 @@ that is not valid UTF-8 stops the parse; read again with that line's non-ASCII b
 from __future__ import annotations
 
 import bisect
+import csv
 import io
 import re
 
@@ -121,6 +122,7 @@ class QuoteTracker(io.RawIOBase):
         self._raw = raw
         self._special = re.compile(b"[" + (b'"' if quoting else b"") + b"\\n\\r" + re.escape(delimiter.encode()) + b"]")
         self._delim = ord(delimiter)
+        self._quoting, self._delimiter = quoting, delimiter
         self.line = 1  # physical line (1-based) of the next byte; a line ends at \n, \r\n or \r, as pyarrow's
         self._last = -1  # the last byte of the previous read (a \r there and a \n here are one line end)
         self.field = 0  # 0-based field index in the current record
@@ -163,6 +165,9 @@ class QuoteTracker(io.RawIOBase):
         self._head_reads: list[bytes] | None = []  # the reads before the header line ended
         self._recent = b""  # the last bytes of the reads before this one (up to the header's length and a BOM)
         self.header_rows: set[int] = set()  # data rows whose line is the header line again
+        self._loose: bytes | None = None  # the header line without its quotes (CSV): a record quoted otherwise
+        self._names: list[str] | None = None  # the header's names, which such a record must hold to be the header
+        self._loose_read = False  # this read's bytes hold _loose (its records are compared)
         # the reader's stream.NewlineAtEnd beneath it, if any: its ``added`` line feed is no part of an unclosed value
         self.ending = None
 
@@ -290,6 +295,9 @@ class QuoteTracker(io.RawIOBase):
         # nowhere (nearly every read), no record is compared (a Python call a row of the header's length was 40% slower)
         header = self.header
         again = header is None or header in data or header in self._recent + data[:len(header) + len(BOM)]
+        # the header quoted otherwise ("id","text" after id,text: files that two writers wrote, joined): every record
+        # of a read whose bytes hold it once quotes are dropped is compared (_same_as_header), nearly no read's
+        self._loose_read = self._loose is not None and self._loose in (self._recent + data).replace(b'"', b"")
         while (m := search(data, i)) is not None:
             j = m.start()
             c = data[j]
@@ -329,7 +337,8 @@ class QuoteTracker(io.RawIOBase):
                 elif ended == 0 or self._cut is not None or (self.lf_file and data[j + 1] != 0x0A):
                     self._after_cr(data[j + 1] != 0x0A, ended, self.field, lambda: self._before(data, j), data, j + 1)
                 if ended is not None:
-                    if ended == 0 or again and pos - self._record_start - len(self.header) in (0, len(BOM)):
+                    if ended == 0 or self._loose_read or again and pos - self._record_start - len(self.header) in (
+                            0, len(BOM)):
                         self._same_as_header(data, pos, ended)
                     self.record += 1
                     if self.ends is not None:
@@ -362,13 +371,23 @@ class QuoteTracker(io.RawIOBase):
         if record == 0:
             self.header = (b"".join(self._head_reads) + data[:pos - base])[start:]
             self._head_reads, self._recent = None, b""  # (the records after it start in this read)
+            if self._quoting:
+                self._names = self._fields(self.header.removeprefix(BOM))
+                self._loose = self.header.removeprefix(BOM).replace(b'"', b"") or None
+                self._loose_read = self._loose is not None and self._loose in data[pos - base:].replace(b'"', b"")
             return
         if start >= base:
             line = data[start - base:pos - base]
         else:  # the record began in an earlier read: its bytes there are the last of _recent
             line = self._recent[len(self._recent) - (base - start):] + data[:pos - base]
-        if line.removeprefix(BOM) == self.header:
+        line = line.removeprefix(BOM)
+        if line == self.header.removeprefix(BOM) or (self._loose is not None and line.replace(b'"', b"") == self._loose
+                                                      and self._fields(line) == self._names):
             self.header_rows.add(record - 1)
+
+    def _fields(self, line: bytes) -> list[str]:
+        """A record's values as CSV reads them (its quotes undone)."""
+        return next(csv.reader([line.decode("utf-8", errors="replace")], delimiter=self._delimiter), [])
 
     def _before(self, data: bytes, j: int) -> bytes:
         """Up to _AROUND bytes of the line before ``data[j]`` (the earlier reads' last bytes: ``_tail``)."""

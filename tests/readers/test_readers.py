@@ -988,6 +988,42 @@ def test_a_header_line_again_is_a_bad_row_at_every_offset(tmp_path, monkeypatch,
         assert rows_by_partitions(reader, parts) == whole, at
 
 
+def test_a_header_line_quoted_otherwise_is_a_bad_row_too(tmp_path, monkeypatch):
+    """Files two writers wrote, joined: pandas' header id,text,label and R's or QUOTE_ALL's "id","text","label". The
+    repeat was compared byte for byte, so it was read as a row (text 'text', id 'id', exit 0). A CSV line whose values,
+    quotes undone, are the header's names is the header again, at every offset of pyarrow's blocks and of the Dask
+    engine's byte ranges; a line with the names in other fields ("id,text",label) is a row, and in TSV, where quotes
+    are part of a value, "id" is no header name."""
+    monkeypatch.setattr(CsvReader, "CSV_BLOCK_BYTES", 256)
+    forms = ['"id","text","label"', 'id,"text",label', '\ufeff"id",text,"label"', '"id",text,label']
+    lines, want = ["id,text,label"], []
+    for i in range(300):
+        if i % 29 == 3:
+            lines.append(forms[(i // 29) % len(forms)])
+            want.append(None)
+        lines.append(f"r{i},sentence {i},{i % 3}")
+        want.append((f"sentence {i}".encode(), f"r{i}".encode(), i % 3))
+    lines.insert(2, '"id,text",label,2')  # the names, but not as the header's fields: a row
+    want.insert(1, (b"label", b"id,text", 2))
+    path = tmp_path / "in.csv"
+    path.write_bytes(("\n".join(lines) + "\n").encode())
+    reader = open_input(str(path), id_column="id", keep=["label"])
+    got = []
+    for b in reader.batches():
+        for k, r in enumerate(b.rows):
+            reason = b.pre_rejected.get(r)
+            bad = reason is not None and reason.code == RejectCode.REPEATED_HEADER
+            got.append(None if bad else (b.texts[k], b.ids[k], b.extra["label"][k]))
+    assert got == want
+    parts = reader.partitions(blocksize=700, target=64)
+    assert len(parts) >= 8
+    assert rows_by_partitions(reader, parts) == rows_of(reader)
+    tsv = tmp_path / "in.tsv"
+    tsv.write_bytes(b'id\ttext\n1\thello\n"id"\t"text"\n')
+    assert [(i, t, why) for _, t, i, why in rows_of(open_input(str(tsv), id_column="id"))] == [
+        (b"1", b"hello", None), (b'"id"', b'"text"', None)]
+
+
 @pytest.mark.parametrize("data", [b"text\nhello\ntext\nbye\n", b"word,\napple,\nword,\nbye,\n",
                                   b"\xef\xbb\xbftext\nhello\n\xef\xbb\xbftext\nbye\n"])
 def test_a_one_column_files_value_may_be_its_columns_name(tmp_path, data):
