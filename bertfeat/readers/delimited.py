@@ -20,7 +20,7 @@ from .base import HEAD_BYTES, RawBatch, stdin_empty_error, utf8_error_at
 from .kept import convert_cells, infer_cell_type, quoted, written_cells
 from .paths import compression_of
 from .stream import CountingReader, NewlineAtEnd, ReadAheadGate
-from .text import TextReader, split_wide_lines, wide_line_codec
+from .text import TextReader, byte_order_hint, split_wide_lines, wide_line_codec
 
 
 _STRADDLES = "straddling object straddles two block boundaries"  # pyarrow: a row longer than the CSV block
@@ -176,6 +176,7 @@ class CsvReader(TextReader):
                 raise InputError(f"{self.name} header line: invalid {self.encoding} at byte {at}",
                                  f"pass {opt('encoding')} with the file's encoding (e.g. {opt('encoding', 'latin-1')})") from None
             except (pa.ArrowException, ValueError) as e:
+                self._refuse_byte_order(head, e)
                 raise InputError(f"{self.name}: cannot read the header line as {self.fmt.upper()} ({one_line(e)})",
                                  f"the first line must name the columns; check {opt('input_format')} and {opt('encoding')}") from None
         if not any(c.strip() for c in cols):
@@ -191,6 +192,16 @@ class CsvReader(TextReader):
         if self.fmt == "tsv":
             self._refuse_quoted_names(cols)
         return cols
+
+    def _refuse_byte_order(self, head: bytes, e: Exception) -> None:
+        """A UTF-16 / UTF-32 encoding given without the byte order the file has (--encoding utf-16 on a file with no
+        byte order mark, utf-16-be on a little-endian one): the header's failure named no cause ('UTF-16 stream does
+        not start with BOM', 'Empty CSV file'); the byte order the NUL bytes show is named instead."""
+        seen = byte_order_hint(self.encoding, head)
+        if seen is None:
+            return
+        raise InputError(f"{self.name}: cannot read the header line as {self.encoding} ({one_line(e)}); {seen[1]}",
+                         f"pass {opt('encoding', seen[0])}")
 
     def _refuse_json(self, head: bytes) -> None:
         """JSON read as CSV / TSV (a .jsonl file named .csv, --input-format csv on one): the first object was the

@@ -32,7 +32,7 @@ from .base import HEAD_BYTES, RawBatch, stdin_empty_error
 from .paths import convert_line
 from .kept import JsonNegativeZero, JsonNumber, convert_json, json_class, json_int, json_type, json_written
 from .stream import Swapped, swap_table
-from .text import (TextReader, TooLong, ebcdic_codec, head_of, line_feed_byte, read_lines, read_wide_lines,
+from .text import (TextReader, TooLong, byte_order_hint, ebcdic_codec, head_of, line_feed_byte, read_lines, read_wide_lines,
                    split_wide_lines, wide_line_codec)
 
 
@@ -199,6 +199,10 @@ class JsonlReader(TextReader):
                              f"{sum(1 for line in lines[:1000] if line.strip())} line(s) is a JSON object",
                              "write each line with a JSON writer (json.dumps writes a tab in a string as \\t, as JSON "
                              f"requires); a file of tab-separated values is read with {opt('input_format', 'tsv')}")
+        order = byte_order_hint(self.encoding, head) if not self._json_types and unread is not None else None
+        if order is not None:  # UTF-16 / UTF-32 given without the file's byte order: every line is garbled
+            raise InputError(f"{self.name} line {unread[0]}: not JSON as {self.encoding}; {order[1]}",
+                             f"pass {opt('encoding', order[0])}")
         if not self._json_types and unread is not None:  # CSV or plain text under a .jsonl name: say so, not "columns: none"
             n, e = unread
             why = f"{e.msg} at column {e.colno}" if isinstance(e, json.JSONDecodeError) else str(e)

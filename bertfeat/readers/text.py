@@ -315,6 +315,16 @@ def wide_unicode(head: bytes, what: str = "the file") -> tuple[str, str] | None:
     return None
 
 
+def byte_order_hint(encoding: str, head: bytes) -> tuple[str, str] | None:
+    """(the encoding to pass, what shows it) when ``encoding`` is UTF-16 / UTF-32 without the byte order ``head``'s NUL
+    bytes show (utf-16 on a file with no byte order mark, utf-16-be on a little-endian one), else None."""
+    seen = wide_unicode(head)
+    given = encoding.lower().replace("_", "-")
+    if seen is None or seen[0] == given or not given.startswith(seen[0][:6]):
+        return None
+    return seen
+
+
 #: EBCDIC code pages a file may be in, the most common first (ebcdic_codec)
 _EBCDIC = ("cp037", "cp500", "cp1140", "cp273", "cp1026")
 

@@ -183,6 +183,27 @@ def test_utf16_input_names_its_encoding_and_reads_with_it(tmp_path, capsys, fmt,
     assert metadata(out)["rows"]["written"] == len(TEXTS)
 
 
+@pytest.mark.parametrize("fmt, written, given, why", [
+    ("csv", "utf-16-be", "utf-16", "cannot read the header line as utf-16 (UTF-16 stream does not start with BOM)"),
+    ("csv", "utf-16-le", "utf-16-be", "cannot read the header line as utf-16-be (CSV parse error: Empty CSV file or "
+                                      "block: cannot infer number of columns)"),
+    ("jsonl", "utf-16-le", "utf-16-be", "line 1: not JSON as utf-16-be"),
+])
+def test_utf16_given_without_the_files_byte_order_names_it(tmp_path, capsys, fmt, written, given, why):
+    """--encoding utf-16 on a file without a byte order mark, or the other byte order: the error named no cause, and
+    for JSONL offered --input-format csv; it names the byte order the file's NUL bytes show, and that reads it."""
+    src = tmp_path / f"u.{fmt}"
+    body = "text\n" + "".join(t + "\n" for t in TEXTS) if fmt == "csv" else "".join(json.dumps({"text": t}) + "\n" for t in TEXTS)
+    src.write_bytes(body.encode(written))
+    order = "big" if written.endswith("be") else "little"
+    out = tmp_path / "o.parquet"
+    refused(capsys, src, out, f"{src}{'' if fmt == 'jsonl' else ':'} {why}; every other byte of the file is a NUL byte: "
+                              f"it looks like UTF-16 {order}-endian text - pass --encoding {written}", "--encoding", given)
+    rc, _, err = extract(capsys, src, out, "--encoding", written)
+    assert rc == 0, err
+    assert_close(embeddings(read_table(out)), tiny_encoder().encode(TEXTS))
+
+
 @pytest.mark.parametrize("fmt", ["csv", "tsv", "jsonl"])
 @pytest.mark.parametrize("encoding", ["cp1252", "latin-1", "utf-16"])
 def test_a_utf8_byte_order_mark_read_as_another_encoding_is_refused(tmp_path, capsys, fmt, encoding):
