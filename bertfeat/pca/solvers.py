@@ -242,7 +242,15 @@ def decompose_stats(stats: Stats, spec: Any) -> Decomposition:
     r = min(n, d)
     w = np.clip(w[:r], 0.0, None)
     Vt = flip_signs(np.ascontiguousarray(Vt[:r]))
-    return decomposition_from_spectrum(stats.mean(), Vt, w, n, d, spec, "covariance")
+    if spec != "mle" or _graded(C):
+        return decomposition_from_spectrum(stats.mean(), Vt, w, n, d, spec, "covariance")
+    # Minka's choice on eigh's spectrum: a direction of no variance comes out as rounding, ~eps x the largest variance
+    # (1e-13 on variances of 100), where the SVD's squares are ~1e-30; scikit-learn's absolute 1e-15 cut then took
+    # them as variance, and the rank chosen grew with the data's scale (12 of a rank-3 (100, 30) where svd_solver
+    # 'full' keeps 3). Below eigh's error (numpy.linalg.matrix_rank's d x eps tolerance) they count as 0 there.
+    tol = d * np.finfo(np.float64).eps * float(w[0]) if r else 0.0
+    k = decomposition_from_spectrum(stats.mean(), Vt, np.where(w > tol, w, 0.0), n, d, spec, "covariance").n_components
+    return decomposition_from_spectrum(stats.mean(), Vt, w, n, d, k, "covariance")
 
 
 def covariance_eigh(C: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -252,12 +260,17 @@ def covariance_eigh(C: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     scale (1e-6 beside 1e6: variance 1e-12 beside 1e12). Columns whose variances span more than
     ``GRADED_MIN_SPREAD`` go through ``graded_eigh``, whose error is relative to each column's own scale.
     """
-    diag = np.clip(np.diag(C), 0.0, None)
-    live = diag[diag > 0]
-    if live.size < 2 or diag.max() <= GRADED_MIN_SPREAD * live.min():
+    if not _graded(C):
         w, V = np.linalg.eigh(C)  # ascending
         return w[::-1], np.ascontiguousarray(V[:, ::-1].T)
-    return graded_eigh(C, np.sqrt(diag))
+    return graded_eigh(C, np.sqrt(np.clip(np.diag(C), 0.0, None)))
+
+
+def _graded(C: np.ndarray) -> bool:
+    """The variances of C's columns span more than GRADED_MIN_SPREAD: covariance_eigh takes graded_eigh."""
+    diag = np.clip(np.diag(C), 0.0, None)
+    live = diag[diag > 0]
+    return bool(live.size >= 2 and diag.max() > GRADED_MIN_SPREAD * live.min())
 
 
 def graded_eigh(C: np.ndarray, scale: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -1326,6 +1326,25 @@ def test_mle_chooses_as_scikit_learn_does(n, d, true_k):
         np.testing.assert_allclose(np.abs(p.transform(X[:5])), np.abs(ref.transform(X[:5])), atol=1e-8)
 
 
+@pytest.mark.parametrize("n, d, rank, scale", [(100, 30, 3, 5.0), (200, 12, 5, 10.0), (300, 40, 7, 30.0)])
+def test_mle_on_exactly_low_rank_data_keeps_its_rank_at_any_scale(n, d, rank, scale):
+    """Data of exact rank: eigh's spectrum puts its zero variances at ~eps x the largest (1e-13 on variances of 100),
+    where svd_solver='full' has ~1e-30, and scikit-learn's absolute 1e-15 cut took them as variance: the default
+    solver (covariance) and partial_fit kept 12 components of a rank-3 (100, 30) matrix (11 by partial_fit; the same
+    data / 10: 3). They keep scikit-learn's 'full' number now, as the svd solver did."""
+    from sklearn.decomposition import PCA as SkPCA
+
+    rng = np.random.default_rng(rank)
+    X = rng.normal(size=(n, rank)) @ rng.normal(size=(rank, d)) * scale
+    ref = SkPCA("mle", svd_solver="full").fit(X)
+    assert ref.n_components_ == rank
+    for p in (PCA("mle").fit(X), PCA("mle", solver="covariance").fit(X), PCA("mle", solver="svd").fit(X),
+              PCA("mle").partial_fit(X[:n // 4]).partial_fit(X[n // 4:])):
+        assert p.n_components_ == rank and p.transform(X).shape == (n, rank)
+        np.testing.assert_allclose(p.explained_variance_, ref.explained_variance_, rtol=1e-9)
+        assert abs(p.noise_variance_) < 1e-12 * ref.explained_variance_[0]
+
+
 def test_mle_on_float32_rows_of_low_rank_accumulates_in_float64(tmp_path, capsys):
     """Fewer distinct rows than features (a small corpus with duplicates): the smallest variances are zero, which
     float32 block products blur to ~1e-8 of the largest, and Minka's choice read that noise as signal (91 components
