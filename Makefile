@@ -73,7 +73,8 @@ bench:
 # (when make reads this file) only if the settings differ from the last run's, so a changed
 # MODEL/POOLING/LAYERS/KEEP/EXTRACT_OPTS/INPUT re-extracts, and so does any change to the model's files: it holds
 # each file's path, size and modification time (MODEL_STAT below), so a file edited, removed, added or replaced,
-# even by an older one (cp -p, rsync -a, tar x), re-extracts; nothing else does. PCA is in the file
+# even by an older one (cp -p, rsync -a, tar x), re-extracts; so does INPUT (and an APPLY file its own output) replaced
+# so (input_stat); nothing else does. PCA is in the file
 # names, so PCA=100 and PCA=64 outputs live side by side; INPUT's stem names the directory.
 # Every extract keeps its vectors in the vector cache $(CACHE) (default $(BUILD)/cache, shared by every INPUT and
 # APPLY file and every setting; CACHE= turns it off): after an edit of INPUT the extract re-runs, but it encodes only
@@ -140,9 +141,10 @@ ODD_CHARS := : $(hash) = $$ ' " ` ; | & * ? [ ] ( ) < > \ $(comma)
 odd_chars = $(strip $(foreach c,$(ODD_CHARS),$(if $(findstring $c,$1),'$c')))
 OWNED_FLAGS := -o -o% --output --output=% --pca --pca=% --pca-model --pca-model=% --format --format=% --estimate \
   --estimate=% --estimate-rows --estimate-rows=% --resume --summary-json --summary-json=%
-# A directory INPUT / APPLY (Parquet parts): every file under it, PATH:SIZE:MTIME_NS, goes into its stamp, since a
-# part rewritten in place does not change the directory's own time (and make sees only that).
-dir_stat = $(if $(wildcard $1/.),$(newline)input-file=$(subst $(space),$(newline)input-file=,$(strip $(shell $(PYTHON) -c 'import os, sys; print(" ".join("%s:%d:%d" % (p, s.st_size, s.st_mtime_ns) for d, _, fs in sorted(os.walk(sys.argv[1])) for f in sorted(fs) for p in [os.path.join(d, f)] for s in [os.stat(p)]))' '$1'))))
+# INPUT / APPLY in its stamp as PATH:SIZE:MTIME_NS, a directory (Parquet parts) as every file under it: make sees only
+# "newer than", so a file replaced by an older copy (mv, cp -p, rsync -a, tar x, a backup restored) kept the old
+# features, and a part rewritten in place does not change its directory's time.
+input_stat = $(if $(wildcard $1),$(newline)input-file=$(subst $(space),$(newline)input-file=,$(strip $(shell $(PYTHON) -c 'import os, sys; a = sys.argv[1]; print(" ".join("%s:%d:%d" % (p, s.st_size, s.st_mtime_ns) for p in ([os.path.join(d, f) for d, _, fs in sorted(os.walk(a)) for f in sorted(fs)] if os.path.isdir(a) else [a]) for s in [os.stat(p)]))' '$1'))))
 
 ifneq ($(FEATURES_GOAL),)
 # Checks before anything is written: computed names are not settings, every input exists, applied stems differ.
@@ -169,7 +171,7 @@ endif
 MODEL_FILES := $(if $(FEATURES_GOAL),$(shell $(BERTFEAT) info $(MODEL) --files 2>/dev/null))
 MODEL_STAT := $(if $(MODEL_FILES),$(shell $(PYTHON) -c 'import os, sys; print(" ".join("%s:%d:%d" % (f, s.st_size, s.st_mtime_ns) for f in sys.argv[1:] for s in [os.stat(f)]))' $(MODEL_FILES)))
 $(if $(MODEL_FILES),$(if $(MODEL_STAT),,$(error could not read the model files' sizes and times with $(PYTHON) (set PYTHON to a Python 3); nothing was written)))
-SETTINGS_TEXT := input=$(abspath $(INPUT))$(call dir_stat,$(INPUT)) flags=$(strip $(EXTRACT_FLAGS))$(if $(MODEL_STAT),$(newline)model-file=$(subst $(space),$(newline)model-file=,$(strip $(MODEL_STAT))))
+SETTINGS_TEXT := input=$(abspath $(INPUT)) flags=$(strip $(EXTRACT_FLAGS))$(call input_stat,$(INPUT))$(if $(MODEL_STAT),$(newline)model-file=$(subst $(space),$(newline)model-file=,$(strip $(MODEL_STAT))))
 SETTINGS_CHANGED := $(call stamp,$(SETTINGS),$(SETTINGS_TEXT))
 
 features: $(RAW) $(PCA_MODEL) $(PCA_REPORT) $(REDUCED) $(APPLIED)
@@ -192,7 +194,7 @@ $(REDUCED): $(RAW) $(PCA_MODEL)
 
 # An applied file: read-only use of the training PCA (a prerequisite, never a target of these rules).
 define apply_rule
-$(call apply_out,$1): $1 $(call apply_stamp,$1) $(PCA_MODEL) $(call stamp,$(call apply_stamp,$1),input=$(abspath $1)$(call dir_stat,$1))
+$(call apply_out,$1): $1 $(call apply_stamp,$1) $(PCA_MODEL) $(call stamp,$(call apply_stamp,$1),input=$(abspath $1)$(call input_stat,$1))
 	$$(BERTFEAT) extract $1 -o $$@ --pca-model $(PCA_MODEL) --overwrite $$(CACHE_FLAG) $$(EXTRACT_FLAGS)
 $(call apply_raw,$1): $1 $(call apply_stamp,$1) $(SETTINGS) $(SETTINGS_CHANGED) | $(call apply_out,$1)
 	$$(BERTFEAT) extract $1 -o $$@ --overwrite $$(CACHE_FLAG) $$(EXTRACT_FLAGS)

@@ -183,7 +183,9 @@ def built_model_run(tiny, tmp_path) -> tuple[Path, list[str], dict[str, Path]]:
                             env=_env(), check=True).stdout.split()
     assert str(model / "modules.json") in listed and str(model / "model.safetensors") in listed
     lines = out["settings"].read_text().splitlines()
-    assert lines[1:] == [f"model-file={f}:{os.stat(f).st_size}:{os.stat(f).st_mtime_ns}" for f in listed]
+    inp = tiny[0]
+    assert lines[1:] == [f"input-file={inp}:{inp.stat().st_size}:{inp.stat().st_mtime_ns}"] + [
+        f"model-file={f}:{os.stat(f).st_size}:{os.stat(f).st_mtime_ns}" for f in listed]
     # (a) nothing changed: a no-op, and -q / -n / a second make write nothing, the stamp included
     before, stamp = mtimes(out), out["settings"].read_text()
     assert make("-q", "features", *args, check=False).returncode == 0
@@ -386,8 +388,9 @@ def test_apply_touched_input_rebuilds_only_its_own(proj):
     run = make(*args, cwd=d)
     assert [c.split()[2] for c in commands_in(run.stdout)] == ["a.csv"]
     after = mtimes(out)
-    assert after["a"] > before["a"]
-    assert {k: v for k, v in after.items() if k != "a"} == {k: v for k, v in before.items() if k != "a"}
+    assert after["a"] > before["a"]  # (and its stamp, which holds the file's mtime)
+    assert {k: v for k, v in after.items() if k not in ("a", "a_stamp")} == {
+        k: v for k, v in before.items() if k not in ("a", "a_stamp")}
     # the training PCA is untouched by an applied input, and it is what a.csv was reduced with
     assert after["model"] == before["model"]
     assert meta(out["a"])["pca"]["model_sha256"] == sha256(out["model"])
@@ -466,7 +469,8 @@ def test_apply_stamp_and_dry_runs(proj):
     make(*args, cwd=d)
     out = apply_outputs(d)
     stamp = out["a_stamp"].read_text()
-    assert stamp.strip() == f"input={d / 'a.csv'}"
+    st = (d / "a.csv").stat()
+    assert stamp.strip() == f"input={d / 'a.csv'}\ninput-file=a.csv:{st.st_size}:{st.st_mtime_ns}"
     # APPLY names another file of the same stem, older than the output: its stamp rebuilds it; -n writes no stamp
     (d / "sub").mkdir(exist_ok=True)
     shutil.copy(d / "a.csv", d / "sub" / "a.csv")
@@ -477,7 +481,8 @@ def test_apply_stamp_and_dry_runs(proj):
     assert make("-q", *args, "APPLY=sub/a.csv b.csv", cwd=d, check=False).returncode != 0
     assert out["a_stamp"].read_text() == stamp
     make(*args, "APPLY=sub/a.csv b.csv", cwd=d)
-    assert out["a_stamp"].read_text().strip() == f"input={d / 'sub' / 'a.csv'}"
+    st = (d / "sub" / "a.csv").stat()
+    assert out["a_stamp"].read_text().strip() == f"input={d / 'sub' / 'a.csv'}\ninput-file=sub/a.csv:{st.st_size}:{st.st_mtime_ns}"
     make(*args, cwd=d)  # back to a.csv
     assert make("-q", *args, cwd=d, check=False).returncode == 0
 
@@ -697,3 +702,24 @@ def test_make_features_a_directory_part_rewritten_in_place_re_extracts(tmp_path)
     changed = [i for i in range(12) if first["embedding"][i] != second["embedding"][i]]
     assert changed == [6]
     assert "Nothing to be done" in make(*args, cwd=tmp_path).stdout
+
+
+def test_an_input_or_applied_file_replaced_by_an_older_copy_rebuilds(proj, tmp_path):
+    """INPUT (or an APPLY file) replaced by a copy older than the features (mv of a file written earlier, cp -p,
+    rsync -a, tar x, a backup restored): make saw nothing newer and kept the old rows' features, exit 0. The stamps
+    hold each file's size and mtime, as they do the model's files and a directory's parts."""
+    import pyarrow.parquet as pq
+
+    d, args = proj
+    make(*args, cwd=d)
+    out = apply_outputs(d)
+    for name, first in (("train.csv", 240), ("a.csv", 50)):
+        new = tmp_path / name
+        new.write_text(header() + sample_rows(first, first + 35), encoding="utf-8")
+        os.utime(new, ns=(0, 1_704_067_200 * 10**9))  # 2024-01-01, older than every output
+        shutil.copy2(new, d / name)  # cp -p
+        assert make("-q", *args, cwd=d, check=False).returncode != 0, name
+        make(*args, cwd=d)
+        assert make("-q", *args, cwd=d, check=False).returncode == 0
+    assert pq.read_table(out["reduced"]).num_rows == 35 and pq.read_table(out["a"]).num_rows == 35
+    assert "input-file=" in out["settings"].read_text() and "input-file=" in out["a_stamp"].read_text()
