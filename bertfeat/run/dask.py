@@ -755,7 +755,10 @@ class DaskRun:
         if not self.opened:
             return e
         if self.own_client and self.futures:  # the tasks running go on writing their parts (cancel cannot stop them):
-            self.close()  # our cluster closed first, the count of parts kept is the resume's (it said 5 of 7)
+            try:
+                self.close()  # our cluster closed first, the count of parts kept is the resume's (it said 5 of 7)
+            except KeyboardInterrupt:  # a Ctrl-C during the close (it can land late): the stop is still told as below
+                pass
             if self.over_limit is not None:  # its words counted the parts before the running tasks wrote theirs
                 e = self.plan.max_bad_rows.error(*self.over_limit, kept_for_limit(self.failure("resumable")))
         return handle(e, self.failure(kind_of(e, (ClusterError,))), lambda: remove_directory(self.partial))
@@ -766,8 +769,8 @@ class DaskRun:
             self.progress.stop()
             self.started = False
         if self.own_client:
+            self.own_client = False  # once, also when a Ctrl-C cuts the close short
             close_cluster(self.client, self.cluster)
-            self.own_client = False
 
 
 def check_cache(plan, encoder, spec) -> tuple[tuple[str, dict], str | None]:

@@ -111,7 +111,8 @@ def open_client(dask, scripted: bool = False):
     with dask.config.set({"distributed.worker.profile.enabled": False}):
         try:
             cluster = start_local_cluster(LocalCluster, n_workers=n, threads_per_worker=per_worker, processes=True,
-                                          dashboard_address=":0", silence_logs=logging.ERROR, env=env)
+                                          dashboard_address=":0", silence_logs=logging.ERROR, env=env,
+                                          preload=[__name__])  # dask_setup below, in each worker process
         except RuntimeError as e:  # the worker processes' own errors went to their stderr
             if "Nanny failed to start" not in str(e):
                 raise
@@ -126,6 +127,16 @@ def open_client(dask, scripted: bool = False):
     except BaseException:  # a Ctrl-C as the client connects: the cluster is the run's to close
         close_cluster(None, cluster)
         raise
+
+
+def dask_setup(worker) -> None:
+    """Run in each worker process of the cluster bertfeat starts (distributed's ``preload``): Ctrl-C sends SIGINT to
+    the whole process group, and each worker's own KeyboardInterrupt printed ~30 lines of traceback below the run's
+    one line. The workers ignore it; the client's stop closes them (DaskRun.failed, then close_cluster)."""
+    import threading
+
+    if threading.current_thread() is threading.main_thread():  # signal handlers are set from the main thread only
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def start_local_cluster(make, **kw):
