@@ -88,6 +88,7 @@ from .validation import (
     check_seed,
     nonfinite_error,
     overflow_error,
+    underflow_error,
 )
 from .file import SavedModel, file_sha256, load_model, merge_sources, not_a_model, save_model, source_differences
 from .solvers import (
@@ -104,7 +105,7 @@ from .solvers import (
     model_covariance,
     model_precision,
 )
-from .stats import BLOCK_ROWS, Stats, add_chunk, first_stats, float32_products_ok, merge_stats
+from .stats import BLOCK_ROWS, FLOAT64_TINY, Stats, add_chunk, first_stats, float32_products_ok, merge_stats
 
 # Defined here before pca.py was split; still importable from bertfeat.pca.estimator, so no caller has to change.
 from .file import MODEL_FORMAT, MODEL_FORMAT_VERSION  # noqa: E402,F401
@@ -422,6 +423,9 @@ class PCA(Estimator):
         if not (np.isfinite(result.spectrum).all() and np.isfinite(result.components).all()
                 and np.isfinite(result.total_variance)):
             raise overflow_error(0, n - 1)
+        top = float(result.spectrum[0]) * (n - 1) if len(result.spectrum) else 0.0  # the largest sum of squares
+        if top < FLOAT64_TINY and np.any(Xc):  # rows that vary, by squares float64 cannot hold: as stats.chunk_stats
+            raise underflow_error(0, n - 1)
         self._result_ = result
         self._d = d
         self._set_fitted(self._result_, d)

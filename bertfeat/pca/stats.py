@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import BertfeatError
-from .validation import nonfinite_error, overflow_error
+from .validation import nonfinite_error, overflow_error, underflow_error
 
 __all__ = ["BLOCK_ROWS", "MIXED_MAX_OFFSET", "DRIFT_MAX_OFFSET2", "Stats", "first_stats", "float32_products_ok",
            "chunk_stats", "add_chunk", "merge_stats"]
@@ -40,6 +40,9 @@ MIXED_MIN_ENERGY = 2.0 ** -100
 #: ~eps x distance^2 of each variance, where eigh loses ~eps x the largest variance (a first row of zeros, then rows
 #: around 1e7 with std ~1: the trailing variances were ~3e-13 of the largest off, 100x eigh's error in one call)
 DRIFT_MAX_OFFSET2 = 16.0
+#: float64's smallest normal number: a block whose every column's sum of squares about the shift is below it, and
+#: which is not at the shift, is refused (validation.underflow_error)
+FLOAT64_TINY = float(np.finfo(np.float64).tiny)
 
 
 @dataclass
@@ -124,6 +127,8 @@ def chunk_stats(X: np.ndarray, shift: np.ndarray, row_offset: int, mixed: bool =
             s, sq = _block_products(block, shift, None)
         if not np.isfinite(s).all():
             raise nonfinite_error(block, row_offset + start, "fitting")
+        if sq.diagonal().max() < FLOAT64_TINY and np.any(block != shift):  # squares below float64's normal range
+            raise underflow_error(row_offset + start, row_offset + start + block.shape[0] - 1)
         total_sq += sq
         total_sum += s
     return total_sum, total_sq

@@ -169,6 +169,15 @@ def overflow_error(first: int, last: int) -> BertfeatError:
                          "larger)", "scale the features down")
 
 
+def underflow_error(first: int, last: int) -> BertfeatError:
+    """The error of features that vary but whose float64 squares fall below float64's normal range (rows
+    ``first``-``last``, 0-based; values varying by about 1e-154 or less): their variances came out 5e-4 off at 1e-160
+    and all 0 at 1e-165, where scikit-learn gives NaN ratios. ``overflow_error`` refuses the other end."""
+    return BertfeatError(f"rows {first}-{last}: these float64 features vary by so little (about 1e-154 or less) that "
+                         "their squares underflow and their variances would be lost",
+                         "scale the features up (multiply them by 1e150, say): the components stay the same")
+
+
 def check_n_components_spec(spec: Any) -> None:
     """Validate the *type* of n_components (range checks need n and d)."""
     if spec is None or (isinstance(spec, str) and spec == "mle"):  # 'mle': Minka's choice (solvers.infer_dimension)

@@ -1483,6 +1483,39 @@ def test_float64_overflow_is_refused_by_every_solver(solver):
                             "scale the features down")
 
 
+UNDERFLOW = ("these float64 features vary by so little (about 1e-154 or less) that their squares underflow and their "
+             "variances would be lost - scale the features up (multiply them by 1e150, say): the components stay the same")
+
+
+@pytest.mark.filterwarnings("error::RuntimeWarning")
+@pytest.mark.parametrize("solver", ["auto", "covariance", "svd", "randomized"])
+def test_float64_underflow_is_refused_by_every_solver_and_partial_fit(solver):
+    """float64 rows that vary by ~1e-160 fitted variances 5e-4 off (subnormal squares), and at 1e-165 all 0 with
+    ratios 0 of data that plainly varies, silently (found by audit; the overflow side was refused). Refused now, by
+    every solver and by partial_fit naming its chunk's rows; data at 1e-150 fits scikit-learn's ratios, rows all
+    alike still fit variances of 0."""
+    from sklearn.decomposition import PCA as SkPCA
+
+    rng = np.random.default_rng(0)
+    base = rng.standard_normal((300, 8)) @ rng.standard_normal((8, 8))
+    for scale in (1e-160, 1e-165):
+        with pytest.raises(BertfeatError) as e:
+            PCA(3, solver=solver, random_state=0).fit(base * scale)
+        assert str(e.value) == "rows 0-299: " + UNDERFLOW
+    if solver == "auto":
+        with pytest.raises(BertfeatError) as e:
+            PCA(3).partial_fit(base[:100] * 1e-160)
+        assert str(e.value) == "rows 0-99: " + UNDERFLOW
+        # beside rows of 1e-150, rows of 1e-160 lose nothing that counts: accepted, as fit takes them together
+        X = np.r_[base[:100] * 1e-150, base[100:] * 1e-160]
+        pca = PCA(3).partial_fit(X[:100]).partial_fit(X[100:])
+        np.testing.assert_allclose(pca.explained_variance_ratio_, PCA(3, solver="svd").fit(X).explained_variance_ratio_,
+                                   rtol=1e-9)
+    ours = PCA(3, solver=solver, random_state=0).fit(base * 1e-150).explained_variance_ratio_
+    np.testing.assert_allclose(ours, SkPCA(3, svd_solver="full").fit(base).explained_variance_ratio_, rtol=1e-9)
+    assert PCA(2, solver=solver, random_state=0).fit(np.full((5, 3), 1e-300)).explained_variance_.max() == 0.0
+
+
 @pytest.mark.filterwarnings("error::RuntimeWarning")
 def test_float32_projections_that_overflow_say_so():
     """Finite float32 rows whose projections pass float32's largest: the error said "the statistics overflowed"
