@@ -82,16 +82,19 @@ def _objects_as_float(X: np.ndarray) -> np.ndarray:
     """An object array of numbers as float64; a value that is not a number (a text column of a DataFrame, a category)
     is refused naming its place, not with NumPy's 'could not convert string to float'."""
     try:
-        return X.astype(np.float64)  # (a dict or a list in it: NumPy's TypeError, as scikit-learn's check expects)
-    except ValueError:
+        return X.astype(np.float64)
+    except (ValueError, TypeError):
         pass
     for index, v in np.ndenumerate(X):
         try:
             float(v)
-        except ValueError:
+        except (ValueError, TypeError):
+            if isinstance(v, (dict, list, tuple, set)):  # NumPy's TypeError, as scikit-learn's check_dtype_object expects
+                raise
             where = f"row {index[0]}, column {index[1]}" if len(index) == 2 else f"item {index}"
             raise BertfeatError(f"X holds {v!r:.40} ({type(v).__name__}) at {where}, not a number",
-                                "pass numeric features only (drop or encode a text or category column first)") from None
+                                "pass numeric features only (drop or encode a text, category or date column first)"
+                                ) from None
     raise BertfeatError("X holds values that are not numbers", "pass a float32 or float64 feature matrix")
 
 

@@ -1707,8 +1707,18 @@ def test_a_text_column_or_ragged_rows_are_refused_naming_them():
     pd = need("pandas")
     df = pd.DataFrame({"a": [0.1, 0.5, 0.3, 0.9, 0.7], "t": list("vwxyz")})
     with pytest.raises(BertfeatError, match=r"^X holds 'v' \(str\) at row 0, column 1, not a number - pass numeric "
-                                            r"features only \(drop or encode a text or category column first\)$"):
+                                            r"features only \(drop or encode a text, category or date column "
+                                            r"first\)$"):
         PCA(1).fit(df)
+    # a date or a duration column was NumPy's raw TypeError 'float() argument must be ... not Timestamp' (audit)
+    for when in (pd.date_range("2020-01-01", periods=5), pd.to_timedelta(np.arange(5), "s")):
+        with pytest.raises(BertfeatError, match=r"^X holds (Timestamp|Timedelta)\('.*'\) \((Timestamp|Timedelta)\) "
+                                                r"at row 0, column 1, not a number - pass numeric features only"):
+            PCA(1).fit(df.assign(t=when))
+    Xd = np.array([[1.0, 2.0], [3.0, 4.0], [5.0, 7.0]], dtype=object)
+    Xd[0, 0] = {"foo": "bar"}  # a dict or a list: NumPy's TypeError, as scikit-learn's check_dtype_object expects
+    with pytest.raises(TypeError, match="argument must be a string.* number"):
+        PCA(1).fit(Xd)
     with pytest.raises(BertfeatError, match=r"^X holds 'x' \(str\) at row 0, column 0, not a number"):
         PCA(1).fit(pd.DataFrame({"c": pd.Categorical(list("xyxyx"))}))
     with pytest.raises(BertfeatError, match=r"^the rows of X are not one matrix \(.*\) - pass a matrix whose rows all "
