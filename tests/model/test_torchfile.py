@@ -415,18 +415,22 @@ def test_a_storage_key_is_quoted_on_one_line(tmp_path):
                             "as float16 of 8")
 
 
-def _refused_with_peak(f):
-    """read_torch_file(f) refused: -> (the pytest ExceptionInfo, the peak bytes Python allocated meanwhile)."""
+def _refused_with_peak(f, tries: int = 3):
+    """read_torch_file(f) refused: -> (the pytest ExceptionInfo, the peak bytes Python allocated meanwhile). The
+    least of ``tries`` reads: tracemalloc counts every thread's allocations, and a peak test failed once in a run of
+    the model tests with two workers, never alone (another thread of the worker is the likely cause)."""
     import tracemalloc
 
-    tracemalloc.start()
-    try:
-        with pytest.raises(WeightsError) as e:
-            read_torch_file(f)
-        peak = tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
-    return e, peak
+    peaks = []
+    for _ in range(tries):
+        tracemalloc.start()
+        try:
+            with pytest.raises(WeightsError) as e:
+                read_torch_file(f)
+            peaks.append(tracemalloc.get_traced_memory()[1])
+        finally:
+            tracemalloc.stop()
+    return e, min(peaks)
 
 
 # ------------------------------------------------------------------------------------ memory bounded by the file
