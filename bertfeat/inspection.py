@@ -217,6 +217,8 @@ def _model_inputs(enc, e, pair: str | None) -> tuple[np.ndarray, np.ndarray]:
     types = np.asarray([e.type_ids], dtype=np.int64)
     if pair is not None:
         enc.check_pair_types(list(types))
+    elif enc.single_types_dropped:  # as Encoder.prepare: the template's types, which the model never receives
+        types[:] = 0
     return ids, types
 
 

@@ -90,7 +90,7 @@ def _spec_from(fingerprint: dict, path: Path):
                            truncate_dim=fields.get("truncate_dim"), renormalize=fields.get("renormalize", False),
                            layer_norm=tuple(fields.get("layer_norm", ())),
                            layer_weights=tuple(fields.get("layer_weights", ())),
-                           pair_token_types=fields.get("pair_token_types"))
+                           pair_token_types=fields.get("pair_token_types"), token_types=fields.get("token_types"))
     except KeyError as e:
         raise damaged_provenance(path, f"its fingerprint has no {e.args[0]}") from None
 

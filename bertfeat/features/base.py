@@ -202,6 +202,7 @@ _FINGERPRINT = Field(("object",), keys={
     "dense": Field(("list",), _TEXT), "prompt": _OPT_TEXT, "prompt_name": _OPT_TEXT, "include_prompt": Field(("bool",)),
     "truncate_dim": Field(("size",)), "renormalize": Field(("bool",)), "layer_norm": Field(("list",), _TEXT),
     "layer_weights": Field(("list",), Field(("number",))), "pair_token_types": _TEXT,
+    "token_types": _TEXT,
 })
 #: The provenance keys bertfeat reads (verify, the feature readers, pca fit / transform, the probe) and their types.
 PROVENANCE = Field(("object",), keys={

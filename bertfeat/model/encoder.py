@@ -84,6 +84,10 @@ class FeatureSpec:
     #: sentence pairs whose second text is token type 0 too, as the model's tokenizer gives no token_type_ids
     #: (Encoder.pairs_untyped; a pair's vectors changed in 0.3): set for runs of pairs only, so single texts keep their key
     pair_token_types: str | None = None
+    #: single texts whose tokenizer template gives non-zero token types the model never receives (its tokenizer gives
+    #: no token_type_ids: every token type 0, as transformers runs it; they ran as the template's until 2026-12-04),
+    #: absent for every other model, so their keys stay as they were
+    token_types: str | None = None
 
     @property
     def own_modules(self) -> bool:
@@ -99,7 +103,7 @@ class FeatureSpec:
         d["layer_weights"] = list(self.layer_weights)
         if self.truncate_dim is None:  # absent, not null: the fingerprints (cache, resume, PCA) of runs that keep
             del d["truncate_dim"]      # every feature stay those they were before truncate_dim existed
-        for k in ("renormalize", "layer_norm", "layer_weights", "pair_token_types"):  # likewise, absent when they
+        for k in ("renormalize", "layer_norm", "layer_weights", "pair_token_types", "token_types"):  # likewise, absent when they
             # change nothing
             if not d[k]:
                 del d[k]
@@ -466,6 +470,8 @@ class Encoder:
         spec = self._truncated(spec, truncate_dim, own)
         if pairs and self.pairs_untyped and not self.config.pairs_untyped:  # check_pair_types: all type 0
             spec = replace(spec, pair_token_types="none (the tokenizer gives no token_type_ids)")
+        if not pairs and self.single_types_dropped:  # prepare: all type 0
+            spec = replace(spec, token_types="none (the tokenizer gives no token_type_ids)")
         return replace(spec, renormalize=True) if asked and spec.truncate_dim is not None else spec
 
     def _truncated(self, spec: FeatureSpec, n, own: bool) -> FeatureSpec:
@@ -610,6 +616,9 @@ class Encoder:
         self.check_has_tokens(t.n_tokens)
         if pairs is not None:
             self.check_pair_types(t.type_ids)
+        elif self.single_types_dropped:  # the template's types, which the model never receives
+            for a in t.type_ids:
+                a[:] = 0
         n = len(t)
         n_chunks = np.ones(n, dtype=np.int32)
         window_row = np.arange(n, dtype=np.int64)
@@ -619,6 +628,8 @@ class Encoder:
         if not spec.long_text.startswith("chunk") or not t.truncated.any():
             return self._embeddable(Prepared(t.ids, t.type_ids, window_row, n, t.n_tokens, t.truncated, n_chunks))
         before, after, types_before, types_after = tok.window_frame()  # the template's, as it frames a row
+        if self.single_types_dropped:
+            types_before, types_after = np.zeros_like(types_before), np.zeros_like(types_after)
         ids, type_ids, rows = [], [], []
         long_rows = set(np.flatnonzero(t.truncated).tolist())
         content = dict(zip(sorted(long_rows), tok.encode_content([texts[i] for i in sorted(long_rows)])))
@@ -641,6 +652,12 @@ class Encoder:
         """Are both texts of a pair token type 0? The family's rule (BertConfig.pairs_untyped), or a tokenizer that
         gives the model no token_type_ids (tokenize.returns_type_ids), as transformers then runs a BERT."""
         return self.config.pairs_untyped or not self.tokenizer.returns_type_ids
+
+    @property
+    def single_types_dropped(self) -> bool:
+        """Does the tokenizer's template give a single text non-zero token types that the model never receives (a
+        tokenizer without token_type_ids: pairs_untyped)? transformers then runs every token as type 0."""
+        return self.pairs_untyped and bool(self.tokenizer.window_frame_types().any())
 
     def check_pair_types(self, type_ids: list[np.ndarray]) -> None:
         """Sentence pairs' token types (each row's, changed in place): a pair needs a second token type; RoBERTa-family

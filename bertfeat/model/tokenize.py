@@ -728,6 +728,7 @@ class BertTokenizer:
         self._tk.no_truncation()
         self._lock = threading.Lock()
         self._frame = None  # window_frame's, read once
+        self._frame_types = None  # window_frame_types', with it
         _LIVE.add(self)
         self.source = source
         self.model_max_length = model_max_length
@@ -922,7 +923,13 @@ class BertTokenizer:
             first, last = (int(own[0]), int(own[-1]) + 1) if own.size else (len(special), len(special))
             ids, types = np.asarray(framed.ids, np.int32), np.asarray(framed.type_ids, np.int32)
             self._frame = (ids[:first], ids[last:], types[:first], types[last:])  # prefix / suffix: (P,) (S,)
+            self._frame_types = types  # (P + 1 + S,) the frame's and the one token's
         return self._frame
+
+    def window_frame_types(self) -> np.ndarray:
+        """The token types the template gives one text: its special tokens' and its own (one token's) alike."""
+        self.window_frame()
+        return self._frame_types
 
     def encode_content(self, texts: list[str]) -> list[np.ndarray]:
         """Word-piece ids of each text without special tokens (for chunking long texts); a text longer than

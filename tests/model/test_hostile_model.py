@@ -1232,6 +1232,61 @@ def test_pairs_take_token_types_only_from_a_tokenizer_that_gives_them(tmp_path, 
     assert "pair_token_types" not in enc.fingerprint(enc.spec(pooling="mean"))
 
 
+@pytest.mark.live
+def test_a_single_texts_template_types_are_dropped_when_the_tokenizer_gives_no_token_type_ids(tmp_path):
+    """A tokenizer.json whose single-text template gives type 1 (here every token), in a folder whose tokenizer gives
+    the model no token_type_ids (PreTrainedTokenizerFast): transformers runs every token as type 0; bertfeat ran the
+    template's 1 for single texts (max abs diff 1.42 against sentence-transformers, exit 0; `tokens` showed 0; found
+    by audit), and a model with one token type crashed (IndexError). Now within 1e-5 of AutoModel's and bit for bit
+    the folder whose template gives type 0, chunked long texts and attention maps too; the key records it."""
+    import torch
+    from transformers import AutoModel, AutoTokenizer
+
+    from safetensors.numpy import load_file, save_file
+
+    from bertfeat.inspection import attention_maps
+    from bertfeat.verify import verify_features
+
+    plain = make_checkpoint(tmp_path / "plain", tokenizer="json")
+    tc = json.loads((plain / "tokenizer_config.json").read_text())
+    (plain / "tokenizer_config.json").write_text(json.dumps({**tc, "tokenizer_class": "PreTrainedTokenizerFast",
+                                                             "pad_token": "[PAD]"}))
+    typed = tmp_path / "typed"
+    shutil.copytree(plain, typed)
+    tj = json.loads((typed / "tokenizer.json").read_text())
+    tj["post_processor"]["single"] = [{"SpecialToken": {"id": "[CLS]", "type_id": 1}},
+                                      {"Sequence": {"id": "A", "type_id": 1}}, {"SpecialToken": {"id": "[SEP]", "type_id": 1}}]
+    (typed / "tokenizer.json").write_text(json.dumps(tj))
+    texts = ["hello world", "A man is playing a guitar.", "word " * 300]
+    tok = AutoTokenizer.from_pretrained(str(typed))
+    batch = tok(texts[:2], padding=True, return_tensors="pt")
+    assert "token_type_ids" not in batch
+    with torch.no_grad():
+        h = AutoModel.from_pretrained(str(typed)).eval()(**batch).last_hidden_state
+    mask = batch["attention_mask"][..., None].float()
+    enc, ref = Encoder(typed), Encoder(plain)
+    np.testing.assert_allclose(enc.encode(texts[:2], pooling="mean"), ((h * mask).sum(1) / mask.sum(1)).numpy(),
+                               atol=1e-5)
+    for long_text in ("truncate", "chunk-mean"):
+        assert np.array_equal(enc.encode(texts, pooling="mean", long_text=long_text, max_length=64),
+                              ref.encode(texts, pooling="mean", long_text=long_text, max_length=64))
+    assert np.array_equal(attention_maps(texts[0], encoder=enc)[1], attention_maps(texts[0], encoder=ref)[1])
+    assert enc.fingerprint(enc.spec(pooling="mean"))["token_types"] == "none (the tokenizer gives no token_type_ids)"
+    assert "token_types" not in ref.fingerprint(ref.spec(pooling="mean"))  # every other model keeps its key
+    src = write_csv(tmp_path / "in.csv", ["text"], [[t] for t in texts])
+    s = bertfeat.extract(src, tmp_path / "f.parquet", model=str(typed), text_column="text", quiet=True)
+    assert verify_features(s.outputs["features"])["ok"]
+    one = tmp_path / "one"  # one token type: the template's 1 has no row in the table
+    shutil.copytree(typed, one)
+    cfg = json.loads((one / "config.json").read_text())
+    (one / "config.json").write_text(json.dumps({**cfg, "type_vocab_size": 1}))
+    w = load_file(one / "model.safetensors")
+    key = next(k for k in w if k.endswith("token_type_embeddings.weight"))
+    w[key] = w[key][:1].copy()
+    save_file(w, one / "model.safetensors")
+    assert np.array_equal(Encoder(one).encode(texts[:2], pooling="mean"), ref.encode(texts[:2], pooling="mean"))
+
+
 def test_only_runs_of_pairs_record_untyped_pair_token_types(tmp_path):
     """A BERT whose tokenizer gives no token_type_ids (DistilBertTokenizer here; paraphrase-multilingual-MiniLM's
     XLMRobertaTokenizer in the wild): a run of single texts keeps the fingerprint it had before pairs were typed 0 (a
