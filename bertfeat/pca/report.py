@@ -36,7 +36,7 @@ import numpy as np
 from ..atomic import atomic_output, remove_stale_temps, together
 from ..errors import visible, warn
 from .estimator import PCA
-from .solvers import components_needed, infer_dimension
+from .solvers import components_needed, infer_dimension, rounding_floor
 
 __all__ = ["THRESHOLDS", "FIGSIZE", "DPI", "broken_stick", "suggestions", "build_pca_report", "write_pca_report",
            "render_pca_report", "report_paths"]
@@ -59,14 +59,18 @@ def stick_pieces(n: int, d: int) -> int:
     return max(1, min(d, n - 1))
 
 
-def suggestions(spectrum: np.ndarray, ratio: np.ndarray, n: int, d: int, complete: bool) -> dict:
-    """Minka's MLE and the broken-stick rule's k for a spectrum (r,) or its known top part (see the docstring)."""
+def suggestions(spectrum: np.ndarray, ratio: np.ndarray, n: int, d: int, complete: bool, floor: float = 0.0,
+                kept: int | None = None) -> dict:
+    """Minka's MLE and the broken-stick rule's k for a spectrum (r,) or its known top part (see the docstring).
+    ``floor``: the fit's rounding floor (solvers.rounding_floor), below which a variance counts as 0 for Minka's choice,
+    as n_components='mle' counts it; ``kept``: the k a fit with n_components='mle' kept (the suggestion is it)."""
     if not complete:
         mle = {"components": None, "why": "needs the whole spectrum (the randomized solver keeps only the top k)"}
     elif n < d:
         mle = {"components": None, "why": f"needs at least as many rows as features ({n:,} < {d:,})"}
     else:
-        mle = {"components": infer_dimension(spectrum, n), "why": "Minka's MLE, what n_components='mle' keeps"}
+        k = kept if kept is not None else infer_dimension(np.where(spectrum > floor, spectrum, 0.0), n)
+        mle = {"components": k, "why": "Minka's MLE, what n_components='mle' keeps"}
     expected = np.zeros(len(ratio))
     stick_d = broken_stick(stick_pieces(n, d))[: len(ratio)]
     expected[: len(stick_d)] = stick_d  # components past the rank: expected share 0, and none above it
@@ -118,7 +122,8 @@ def build_pca_report(pca: PCA, source: dict | None = None, probe: dict | None = 
             "relative": discarded / total if note is None else None,
         },
         "thresholds": [{"fraction": t, "components": components_needed(ratio, t)} for t in THRESHOLDS],
-        "suggestions": suggestions(spectrum, ratio, n, d, complete),
+        "suggestions": suggestions(spectrum, ratio, n, d, complete, rounding_floor(spectrum, n, d, pca.fit_solver_),
+                                   k if isinstance(pca.n_components, str) and pca.n_components == "mle" else None),
         "spectrum_complete": complete,
         "components": {
             "explained_variance": spectrum.tolist(),

@@ -204,11 +204,34 @@ def decomposition_from_spectrum(
     return Decomposition(mean, np.ascontiguousarray(Vt[:k]), spectrum, total, n, k, noise, solver)
 
 
+def rounding_floor(spectrum: np.ndarray, n: int, d: int, solver: str) -> float:
+    """The variance at or below which a solver gives a direction of no variance (its rounding): eigh's ~d x eps x the
+    largest variance (``covariance``), the SVD's numpy.linalg.matrix_rank tolerance on the singular values, squared
+    (``svd``). Minka's choice ('mle') counts what is below it as 0, so it keeps the rank of data of exact rank at any
+    scale (scikit-learn's absolute 1e-15 cut counts rounding as variance from a scale of ~1e8 on)."""
+    if not len(spectrum):
+        return 0.0
+    eps = float(np.finfo(np.float64).eps)
+    if solver == "covariance":
+        return d * eps * float(spectrum[0])
+    return float(spectrum[0]) * (max(n, d) * eps) ** 2
+
+
+def mle_on_rank(mean: np.ndarray, Vt: np.ndarray, spectrum: np.ndarray, n: int, d: int, solver: str) -> Decomposition:
+    """n_components='mle' with the variances at or below the solver's rounding floor counted as 0 for the choice; the
+    decomposition keeps them as computed."""
+    floor = rounding_floor(spectrum, n, d, solver)
+    k = decomposition_from_spectrum(mean, Vt, np.where(spectrum > floor, spectrum, 0.0), n, d, "mle", solver).n_components
+    return decomposition_from_spectrum(mean, Vt, spectrum, n, d, k, solver)
+
+
 def decompose_svd(Xc: np.ndarray, mean: np.ndarray, spec: Any) -> Decomposition:
     """``svd`` solver: ``numpy.linalg.svd`` of the centred data Xc (n, d), float64."""
     n, d = Xc.shape
     _, S, Vt = np.linalg.svd(Xc, full_matrices=False)  # S (r,), Vt (r, d)
     spectrum = S**2 / (n - 1)
+    if spec == "mle":
+        return mle_on_rank(mean, flip_signs(Vt), spectrum, n, d, "svd")
     return decomposition_from_spectrum(mean, flip_signs(Vt), spectrum, n, d, spec, "svd")
 
 
@@ -247,10 +270,8 @@ def decompose_stats(stats: Stats, spec: Any) -> Decomposition:
     # Minka's choice on eigh's spectrum: a direction of no variance comes out as rounding, ~eps x the largest variance
     # (1e-13 on variances of 100), where the SVD's squares are ~1e-30; scikit-learn's absolute 1e-15 cut then took
     # them as variance, and the rank chosen grew with the data's scale (12 of a rank-3 (100, 30) where svd_solver
-    # 'full' keeps 3). Below eigh's error (numpy.linalg.matrix_rank's d x eps tolerance) they count as 0 there.
-    tol = d * np.finfo(np.float64).eps * float(w[0]) if r else 0.0
-    k = decomposition_from_spectrum(stats.mean(), Vt, np.where(w > tol, w, 0.0), n, d, spec, "covariance").n_components
-    return decomposition_from_spectrum(stats.mean(), Vt, w, n, d, k, "covariance")
+    # 'full' keeps 3). Below eigh's error they count as 0 (the graded path's small variances are real).
+    return mle_on_rank(stats.mean(), Vt, w, n, d, "covariance")
 
 
 def covariance_eigh(C: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -1345,6 +1345,30 @@ def test_mle_on_exactly_low_rank_data_keeps_its_rank_at_any_scale(n, d, rank, sc
         assert abs(p.noise_variance_) < 1e-12 * ref.explained_variance_[0]
 
 
+@pytest.mark.parametrize("scale", [1e8, 1e10, 1e12])
+def test_mle_keeps_the_rank_of_large_scale_data_with_every_solver_and_the_report_says_it(scale):
+    """Data of exact rank 5 at a scale of 1e8 and more: the svd solver kept 6 and 19 components, as scikit-learn's
+    'full' does (its absolute 1e-15 cut counts the SVD's rounding as variance there), while the covariance solver kept
+    5: `auto` chose by size, so the same data's n_components_ depended on the solver (found by audit), and the report's
+    Minka suggestion counted the rounding too. Every solver keeps the rank now (below each solver's rounding floor a
+    variance counts as 0), and the report suggests what 'mle' keeps."""
+    from sklearn.decomposition import PCA as SkPCA
+
+    from bertfeat.pca.report import build_pca_report
+
+    rng = np.random.default_rng(8)
+    X = rng.standard_normal((200, 5)) @ rng.standard_normal((5, 20)) * scale
+    assert SkPCA("mle", svd_solver="full").fit(X).n_components_ > 5  # scikit-learn's rounding taken as variance
+    ref = SkPCA(5, svd_solver="full").fit(X)
+    for p in (PCA("mle", solver="svd").fit(X), PCA("mle", solver="covariance").fit(X), PCA("mle").fit(X),
+              PCA("mle").partial_fit(X[:50]).partial_fit(X[50:])):
+        assert p.n_components_ == 5
+        np.testing.assert_allclose(p.explained_variance_, ref.explained_variance_, rtol=1e-9)
+        assert build_pca_report(p)["suggestions"]["mle"]["components"] == 5
+    for solver in ("svd", "covariance"):  # a fit of another n_components: the report's suggestion alike
+        assert build_pca_report(PCA(3, solver=solver).fit(X))["suggestions"]["mle"]["components"] == 5
+
+
 def test_mle_on_float32_rows_of_low_rank_accumulates_in_float64(tmp_path, capsys):
     """Fewer distinct rows than features (a small corpus with duplicates): the smallest variances are zero, which
     float32 block products blur to ~1e-8 of the largest, and Minka's choice read that noise as signal (91 components
