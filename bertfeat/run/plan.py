@@ -93,7 +93,8 @@ class OutputLayout:
         """Without pca, on an existing output: the PCA model and report an earlier run with pca wrote for it (the
         output's provenance names that model's sha256). They describe the features this run replaces: it removes them
         when its own files appear. Another output's (o.parquet and o.npy share o.pca.*), a model the run applies
-        (``applied``) or one the provenance does not name are left alone."""
+        (``applied``), one the earlier run applied (``--pca-model``, ``pca transform``: the user's own, though its name
+        is the one pca would give) or one the provenance does not name are left alone."""
         model = self.pca_model
         try:
             if self.want_pca or not self.features.exists() or not model.is_file():
@@ -110,7 +111,9 @@ class OutputLayout:
             entry = read_feature_metadata(self.features).get("pca") or {}
         except BertfeatError:  # an output bertfeat cannot read: its --overwrite replaces it, nothing else
             return []
-        if not isinstance(entry, dict) or entry.get("model_sha256") != file_sha256(model):
+        if not isinstance(entry, dict) or entry.get("model_file") != model.name or "model_path" in entry:
+            return []  # not a model a run with pca fitted for this output: one it applied (model_path) is the user's
+        if entry.get("model_sha256") != file_sha256(model):
             return []
         return [("PCA model", model)] + [(label, p) for label, p in report_outputs(self.pca_prefix) if p.exists()]
 

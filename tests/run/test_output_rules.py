@@ -494,9 +494,32 @@ def test_a_run_without_pca_removes_an_earlier_runs_pca_files(tmp_path, src):
     assert len(pca_files()) == 4
     bertfeat.extract(src, out, model=tiny_model(), cache=False, pca_model=tmp_path / "o.pca.npz", overwrite=True)
     assert len(pca_files()) == 4  # applied: kept, and its report with it
+    # the features of that run name the model they were reduced by: it is the user's now, kept by a run over them
+    # (it was deleted with its report at exit 0, though no run had fitted it for them: found by audit)
+    bertfeat.extract(src, out, model=tiny_model(), cache=False, overwrite=True)
+    assert len(pca_files()) == 4
     bertfeat.extract(src, out, model=tiny_model(), cache=False, pca=2, overwrite=True)
     bertfeat.extract(src, out, model=tiny_model(), cache=False, overwrite=True)
     assert pca_files() == []
+
+
+def test_a_users_pca_model_named_as_pca_would_name_it_is_never_removed(tmp_path, src, capsys):
+    """`pca fit ... -o out.pca.npz` (the user's, on other features), applied by `extract --pca-model out.pca.npz -o
+    out.parquet` or `pca transform`, then `extract -o out.parquet --overwrite` without pca: the model and its report
+    were deleted at exit 0 (found by audit). No run fitted them for out.parquet: left alone."""
+    train = tmp_path / "train.parquet"
+    assert run(capsys, "extract", src, "-o", train, "--model", tiny_model(), "--no-cache", "-q")[0] == 0
+    model = tmp_path / "out.pca.npz"
+    assert run(capsys, "pca", "fit", train, "-n", "2", "-o", model, "-q")[0] == 0
+    mine = sorted((p.name, p.read_bytes()) for p in tmp_path.iterdir() if p.name.startswith("out.pca."))
+    assert [n for n, _ in mine] == ["out.pca.npz", "out.pca.report.json", "out.pca.report.md", "out.pca.report.png"]
+    out = tmp_path / "out.parquet"
+    for applied in (["extract", src, "-o", out, "--model", tiny_model(), "--no-cache", "--pca-model", model, "-q"],
+                    ["pca", "transform", train, "--pca-model", model, "-o", out, "-q"]):
+        assert run(capsys, *applied, "--overwrite")[0] == 0
+        assert run(capsys, "extract", src, "-o", out, "--model", tiny_model(), "--no-cache", "--overwrite", "-q") \
+            == (0, "", "")
+        assert sorted((p.name, p.read_bytes()) for p in tmp_path.iterdir() if p.name.startswith("out.pca.")) == mine
 
 
 # --------------------------------------------------------------------------- the Dask engine's output directory
