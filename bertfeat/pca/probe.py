@@ -26,6 +26,7 @@ import numpy as np
 
 from ..errors import BertfeatError, opt
 from ..features.base import feature_fingerprint
+from .lineage import fitted_on_these
 from .validation import nonfinite_error, rows_of
 
 __all__ = ["DEFAULT_ALPHA", "DEFAULT_FOLDS", "DEFAULT_MAX_ROWS", "default_ks", "stratified_folds", "ridge_accuracy",
@@ -193,6 +194,8 @@ def probe_file(pca, features: str | os.PathLike, label: str, *, ks: Sequence[int
     entry = src.meta.get("pca") or {}
     # a reduced file's "pca" entry says so; a file without provenance is judged by its width alone (docs/cli.md)
     reduced = src.dim == k and (entry.get("n_components") == k if entry else not src.fingerprint)
+    if reduced and d == k:  # every component of features an earlier PCA reduced: the file may be the model's input
+        reduced = not fitted_on_these(pca, src.meta)
     if not reduced and d != k and src.dim == k:  # as wide as the components, yet its provenance names no PCA
         raise BertfeatError(f"{path} has {k} features per row, as many as the PCA's components, but its provenance "
                             "records no PCA that reduced it",
@@ -205,8 +208,9 @@ def probe_file(pca, features: str | os.PathLike, label: str, *, ks: Sequence[int
     kept = float(np.sum(pca.explained_variance_ratio_))
     theirs = float(entry.get("variance_kept", entry.get("explained_variance", -1.0)))
     if reduced and entry and (entry.get("n_samples", pca.n_samples_) != pca.n_samples_ or abs(theirs - kept) > 1e-9):
+        rows = f"; {entry['n_samples']} rows fitted, this one {pca.n_samples_}" if "n_samples" in entry else ""
         raise BertfeatError(f"{path} was reduced by another PCA model (variance kept {theirs:.6g}, this one's "
-                            f"{kept:.6g}; {entry.get('n_samples', '?')} rows fitted, this one {pca.n_samples_})",
+                            f"{kept:.6g}{rows})",
                             "probe the features this model was fitted on, or the ones it reduced")
     pca.check_fingerprint(feature_fingerprint(src.meta),
                           fix="probe features extracted with the model and settings the PCA was fitted on")

@@ -20,6 +20,7 @@ from ..features.registry import an_output, unwritable
 from ..features.base import check_float32_range
 from .estimator import AUTO_COVARIANCE_MAX_FEATURES, PCA
 from .file import file_sha256  # (defined beside the model file's reader, which PCA.load hashes with)
+from .lineage import UNKNOWN, model_input, reduced_by, reduced_by_this, said, same_pca
 from .validation import rows_of as _rows_of
 
 __all__ = ["fit_pca_file", "reduce_features_file", "pca_metadata_entry", "file_sha256", "fit_errstate", "reduced_by",
@@ -120,76 +121,39 @@ def _check_rows(src, n: int) -> None:
                             "fit on a feature file with rows" if n == 0 else "fit on a feature file of at least 2 rows")
 
 
-def reduced_by(meta: dict | None) -> dict | None:
-    """The PCA that reduced features with this provenance (its ``pca`` entry: components and model file sha256), or
-    None for features no PCA reduced."""
-    entry = (meta or {}).get("pca")
-    if not isinstance(entry, dict):
-        return None
-    return {k: entry[k] for k in ("n_components", "model_sha256") if k in entry}
-
-
-_UNKNOWN = object()
-
-
-def _model_input(pca):
-    """What reduced the features ``pca`` was fitted on: ``pca fit`` records it (``source_["reduced_by"]``); else
-    unknown (extract --pca's model, which records no source_ and so looks as a PCA fitted in Python on any features
-    and saved with their fingerprint; an older model)."""
-    source = getattr(pca, "source_", None)
-    return source["reduced_by"] if source and "reduced_by" in source else _UNKNOWN
-
-
-def _reduced_by_this(pca, features_reduced) -> bool:
-    """Whether the features' provenance names this very model file (its sha256) as the PCA that reduced them."""
-    sha, path = (features_reduced or {}).get("model_sha256"), getattr(pca, "source_path_", None)
-    return bool(sha and path and Path(path).is_file() and file_sha256(path) == sha)
-
-
-def _same_pca(a: dict, b: dict) -> bool:
-    if "model_sha256" in a and "model_sha256" in b:
-        return a["model_sha256"] == b["model_sha256"]
-    return a.get("n_components") == b.get("n_components")
-
-
-def _said(entry: dict) -> str:
-    sha = entry.get("model_sha256")
-    return f"{entry.get('n_components', '?')} components" + (f", model sha256 {sha[:12]}" if sha else "")
-
-
 def check_pca_input(pca, model_name, features_reduced, features_name: str, fix_raw: str,
                     fix_reduced: str = "reduce them with that first PCA before this one, or apply a PCA fitted on "
                                        "features before any PCA", raw_clause: str | None = None) -> None:
     """Refuse to apply ``pca`` to features in another space than the ones it was fitted on: features a PCA reduced
-    (``features_reduced``: reduced_by of their provenance; None: not reduced; ``_UNKNOWN``: no provenance) under a
+    (``features_reduced``: reduced_by of their provenance; None: not reduced; ``UNKNOWN``: no provenance) under a
     PCA fitted before any PCA, or the other way round, or reduced by another PCA. Their widths may agree (a PCA
     keeping every component), and their fingerprints do (the model's settings), so nothing else tells them apart;
     ``--force`` does not pass it (the product would mean nothing). ``fix_raw``: how to get features before any PCA;
     ``fix_reduced``: what to do with features before any PCA, ``raw_clause`` how to say they are (default:
     FEATURES_NAME holds features before any PCA). Skipped when either side is unknown."""
-    if features_reduced is _UNKNOWN:
+    if features_reduced is UNKNOWN:
         return
-    if features_reduced is not None and _reduced_by_this(pca, features_reduced):
+    if features_reduced is not None and reduced_by_this(pca, features_reduced):
         raise BertfeatError(f"{features_name} holds features this PCA model {model_name} already reduced "
-                            f"({_said(features_reduced)})", f"apply it to {fix_raw}, or fit a PCA on these features "
+                            f"({said(features_reduced)})", f"apply it to {fix_raw}, or fit a PCA on these features "
                             "(bertfeat pca fit)")
-    fitted_on = _model_input(pca)
-    if fitted_on is _UNKNOWN:
+    fitted_on = model_input(pca)
+    if fitted_on is UNKNOWN:
         return
     if fitted_on is None and features_reduced is None:
         return
-    if fitted_on is not None and features_reduced is not None and _same_pca(fitted_on, features_reduced):
+    if fitted_on is not None and features_reduced is not None and same_pca(fitted_on, features_reduced):
         return
     if fitted_on is None:
-        raise BertfeatError(f"{features_name} holds features already reduced by a PCA ({_said(features_reduced)}), "
+        raise BertfeatError(f"{features_name} holds features already reduced by a PCA ({said(features_reduced)}), "
                             f"and the PCA model {model_name} was fitted on features before any PCA",
                             f"apply it to {fix_raw}, or fit a PCA on these features (bertfeat pca fit)")
     if features_reduced is None:
         raise BertfeatError(f"the PCA model {model_name} was fitted on features already reduced by a PCA "
-                            f"({_said(fitted_on)}), and {raw_clause or features_name + ' holds features before any PCA'}",
+                            f"({said(fitted_on)}), and {raw_clause or features_name + ' holds features before any PCA'}",
                             fix_reduced)
-    raise BertfeatError(f"{features_name} was reduced by another PCA ({_said(features_reduced)}) than the features the "
-                        f"PCA model {model_name} was fitted on ({_said(fitted_on)})",
+    raise BertfeatError(f"{features_name} was reduced by another PCA ({said(features_reduced)}) than the features the "
+                        f"PCA model {model_name} was fitted on ({said(fitted_on)})",
                         "apply it to features reduced by that same PCA, or fit a PCA on these features (bertfeat pca fit)")
 
 
@@ -279,7 +243,7 @@ def reduce_features_file(
     """
     src = open_features(src_path, float64=True)  # transformed as written (the output is float32)
     before = file_state(src.path)
-    given = reduced_by(src.meta) if src.fingerprint else _UNKNOWN  # no provenance: not known
+    given = reduced_by(src.meta) if src.fingerprint else UNKNOWN  # no provenance: not known
     check_pca_input(pca, getattr(pca, "source_path_", None) or "(in memory)", given, str(src.path),
                     "the features before it (the extract output without --pca or --pca-model)")
     d = pca.n_features_in_

@@ -294,6 +294,27 @@ def test_probe_of_reduced_features_with_every_component(tmp_path):
     np.testing.assert_allclose([r["accuracy"] for r in a["accuracy"]], [r["accuracy"] for r in b["accuracy"]], atol=1 / 200)
 
 
+def test_a_pca_of_every_component_of_reduced_features_probes_the_file_it_was_fitted_on(tmp_path, capsys):
+    """pca fit -n all (or -n = width) on features an earlier PCA reduced: its probe of that very file was refused as
+    'reduced by another PCA model ... ? rows fitted' (pca fit --label: a warning, no probe; report --probe: exit 1),
+    the file taken for this model's output (found by audit). The file it was fitted on is its input; what it reduced
+    in turn is still known as its output."""
+    X, y, full, pca8 = fitted(tmp_path, 400, 8)
+    red = reduce_features_file(full, tmp_path / "red.parquet", pca8)
+    model = tmp_path / "all.npz"
+    assert main(["pca", "fit", str(red), "-n", "all", "-o", str(model), "--label", "label", "-q"]) == 0
+    assert capsys.readouterr().err == ""
+    probe = json.loads((tmp_path / "all.report.json").read_text())["probe"]
+    assert probe["input"] == "features" and probe["all_features"]["features"] == 8
+    assert main(["report", str(model), "--probe", str(red), "--label", "label", "-o", str(tmp_path / "again"),
+                 "-q"]) == 0
+    again = json.loads((tmp_path / "again.report.json").read_text())["probe"]
+    assert again["accuracy"] == probe["accuracy"]
+    red2 = tmp_path / "red2.parquet"
+    assert main(["pca", "transform", str(red), "--pca-model", str(model), "-o", str(red2), "-q"]) == 0
+    assert probe_file(PCA.load(model), red2, "label")["input"] == "components"
+
+
 def test_csv_feature_file_empty_label_is_no_label(tmp_path):
     X, y = blobs(60, 2)
     labels = ["" if i % 4 == 0 else ("a" if v else "b") for i, v in enumerate(y)]
