@@ -100,7 +100,7 @@ from .failures import Failure, handle, kept_for_limit, kind_of
 from ..features.parquet import pages_damaged
 from ..features.reader import DIRECTORY_PROVENANCE, PART_GLOB, part_name
 from .encoder_setup import feature_settings, load_encoder, make_reuser
-from .manifest import (PARTIAL_MANIFESTS, check_input_unchanged, check_resume, check_resume_engine, job_manifest,
+from .manifest import (PARTIAL_MANIFESTS, RECORDED_ONLY, check_input_unchanged, check_resume, check_resume_engine, job_manifest,
                        read_manifest)
 from .pca_steps import (OrderedMerge, RowBlocks, applied_pca, applied_pca_entry, fit_pca, new_pca, probe_into_report,
                         write_pca)
@@ -816,7 +816,9 @@ def check_worker_hosts(client, cache: Path) -> None:
 
 
 def _run_key(manifest: dict) -> str:
-    return hashlib.sha256(json.dumps(manifest, sort_keys=True, default=str).encode()).hexdigest()
+    """The run's key (each part carries it): the manifest's hash, less what no resume compares (RECORDED_ONLY)."""
+    kept = {k: v for k, v in manifest.items() if k != RECORDED_ONLY}
+    return hashlib.sha256(json.dumps(kept, sort_keys=True, default=str).encode()).hexdigest()
 
 
 def _open_partial(partial: Path, manifest: dict, resume: bool) -> list[int] | None:

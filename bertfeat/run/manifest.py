@@ -45,8 +45,14 @@ def job_manifest(plan, fingerprint: dict, encoder, **engine_keys) -> dict:
         **({"keep": list(plan.keep)} if plan.keep else {}), **({"keep_as": plan.keep_as} if plan.keep_as else {}),
         **({"dtype": plan.dtype} if plan.dtype != "float32" else {}),
         **({"max_field_bytes": plan.max_field_bytes} if plan.max_field_bytes != DEFAULT_MAX_FIELD_BYTES else {}),
+        RECORDED_ONLY: plan.cache is not None,
         **engine_keys,
     }
+
+
+#: a manifest key no resume compares (nor the Dask run key): whether the run had a vector cache, which changes no
+#: vector, so that a refused resume's fix says what the cache gives back only when there was one
+RECORDED_ONLY = "vector_cache"
 
 
 def check_resume(old_manifest: dict, manifest: dict) -> None:
@@ -128,16 +134,23 @@ CACHE_SPANS = ("long_text", "stride", "max_length")
 
 def _resume_fix(old: dict, new: dict) -> str:
     """How to go on when a resume is refused: start over, or the original settings; when only settings the cache
-    spans changed, that the cache makes starting over cost only the long rows (the interrupted run's settings named)."""
+    spans changed, that the cache makes starting over cost only the long rows (the interrupted run's settings named).
+    The cache is named only when the interrupted run had one (an earlier bertfeat's manifest does not say: named)."""
     start_over = f"rerun with {opt('overwrite', True)} instead of {opt('resume', True)} to start over"
     changed = {k for k, _, _ in _differences(old, new)}
+    no_cache = old.get(RECORDED_ONLY) is False
     if changed == {"input"} and _same_input(old.get("input"), new.get("input")):  # its files changed: no setting to restore
+        if no_cache:
+            return f"{start_over} on the input as it is now (every row is encoded again: the interrupted run had no vector cache)"
         return (f"{start_over} on the input as it is now (with the vector cache the interrupted run used, "
                 f"{opt('cache', 'DIR')}, the rows it finished that are still in the input are taken from the cache)")
     if not changed or not changed <= set(CACHE_SPANS):
         return f"{start_over}, or use the original settings"
     lengths = " or ".join(str(n) for n in dict.fromkeys((old.get("max_length"), new.get("max_length"))))
     original = " ".join(opt(k, old[k]) for k in CACHE_SPANS if k in changed and old.get(k) is not None)
+    if no_cache:
+        return (f"{start_over} (every row is encoded again: the interrupted run had no vector cache), or resume with the "
+                f"interrupted run's settings ({original})")
     return (f"{start_over}: with the vector cache the interrupted run used ({opt('cache', 'DIR')}), the rows it finished "
             f"are taken from the cache, all but those longer than max length {lengths}; or resume "
             f"with the interrupted run's settings ({original})")
@@ -165,7 +178,7 @@ def _differences(old: dict, new: dict) -> list[tuple]:
     if _respelled(old.get("input"), new.get("input")):
         old, new = {**old, "input": {**old["input"], "path": new["input"]["path"]}}, new
     names = naming_keys(old, new)
-    keys = [k for k in new if k not in names] + [k for k in OPTIONAL_KEYS if k in old and k not in new]
+    keys = [k for k in new if k not in names and k != RECORDED_ONLY] + [k for k in OPTIONAL_KEYS if k in old and k not in new]
     return dict_differences(old, new, keys=keys, missing=None, default=str)
 
 

@@ -449,6 +449,10 @@ def test_resume_with_another_model_is_refused(tmp_path, capsys, monkeypatch):
 ON_THE_INPUT_AS_IT_IS = ("rerun with --overwrite instead of --resume to start over on the input as it is now (with the "
                          "vector cache the interrupted run used, --cache DIR, the rows it finished that are still in the "
                          "input are taken from the cache)")
+#: ... and when the interrupted run had no vector cache (before 2026-12-04 the fix named "the vector cache the
+#: interrupted run used" there too, though a rerun with --cache DIR had nothing to take back: found by audit)
+NO_CACHE_ON_THE_INPUT = ("rerun with --overwrite instead of --resume to start over on the input as it is now (every row "
+                         "is encoded again: the interrupted run had no vector cache)")
 
 
 def test_resume_with_a_changed_input_is_refused(tmp_path, capsys, monkeypatch):
@@ -462,7 +466,7 @@ def test_resume_with_a_changed_input_is_refused(tmp_path, capsys, monkeypatch):
     rc, _, err = run(capsys, "extract", src, "-o", out, *args, "--resume")
     assert (rc, err) == (1, "Error: cannot resume: the settings or the input differ from the interrupted run "
                             f"(input file changed: {src.resolve()} (size {size} -> {src.stat().st_size} bytes)) - "
-                            f"{ON_THE_INPUT_AS_IT_IS}\n")
+                            f"{NO_CACHE_ON_THE_INPUT}\n")
     st = src.stat()
     os.utime(src, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
     interrupted_run(capsys, monkeypatch, src, out, *args, "--overwrite")  # a fresh run (--overwrite) starts over
@@ -470,7 +474,35 @@ def test_resume_with_a_changed_input_is_refused(tmp_path, capsys, monkeypatch):
     rc, _, err = run(capsys, "extract", src, "-o", out, *args, "--resume")
     assert (rc, err) == (1, "Error: cannot resume: the settings or the input differ from the interrupted run "
                             f"(input file changed: {src.resolve()} (modified since the interrupted run)) - "
-                            f"{ON_THE_INPUT_AS_IT_IS}\n")
+                            f"{NO_CACHE_ON_THE_INPUT}\n")
+
+
+def test_a_refused_resume_names_the_cache_only_when_the_interrupted_run_had_one(tmp_path, capsys, monkeypatch):
+    """The fix of a resume refused for --max-length said "with the vector cache the interrupted run used (--cache
+    DIR), the rows it finished are taken from the cache" also after a run without a cache (found by audit): the
+    manifest now records whether there was one, compared by no resume (one resumed with or without a cache goes on),
+    nor in the Dask run key; an earlier bertfeat's manifest, which does not say, keeps the words naming it."""
+    import json
+
+    from bertfeat.run.dask import _run_key
+
+    src = corpus(tmp_path / "c.csv", 12)
+    out = tmp_path / "o.parquet"
+    args = ["--model", tiny_model(), "--chunk-rows", 3, "--max-length", 10]
+    interrupted_run(capsys, monkeypatch, src, out, *args)
+    rc, _, err = run(capsys, "extract", src, "-o", out, *args[:-1], "12", "--resume")
+    assert (rc, err.split(" - ", 1)[1]) == (1, "rerun with --overwrite instead of --resume to start over (every row is "
+                                               "encoded again: the interrupted run had no vector cache), or resume with "
+                                               "the interrupted run's settings (--max-length 10)\n")
+    manifest = out.with_name(out.name + ".partial") / "manifest.json"
+    earlier = json.loads(manifest.read_text())
+    assert earlier.pop("vector_cache") is False
+    manifest.write_text(json.dumps(earlier))  # as an earlier bertfeat wrote it
+    rc, _, err = run(capsys, "extract", src, "-o", out, *args[:-1], "12", "--resume")
+    assert rc == 1 and "with the vector cache the interrupted run used (--cache DIR)" in err
+    rc, _, err = run(capsys, "extract", src, "-o", out, *args, "--cache", tmp_path / "cache", "--resume", "-q")
+    assert (rc, err) == (0, "")  # a cache now, none then: resumed
+    assert _run_key({**earlier, "vector_cache": True}) == _run_key({**earlier, "vector_cache": False}) == _run_key(earlier)
 
 
 def test_the_input_spelled_otherwise_resumes(tmp_path, capsys, monkeypatch):
@@ -505,7 +537,7 @@ def test_the_input_spelled_otherwise_resumes(tmp_path, capsys, monkeypatch):
     with open(src, "a") as f:
         f.write("id99999,one more row\n")
     rc, _, err = run(capsys, "extract", src.resolve(), "-o", out, *args, "--resume")
-    assert (rc, err.split(" - ")[1]) == (1, f"{ON_THE_INPUT_AS_IT_IS}\n")
+    assert (rc, err.split(" - ")[1]) == (1, f"{NO_CACHE_ON_THE_INPUT}\n")
     assert err.startswith(f"Error: cannot resume: the settings or the input differ from the interrupted run (input "
                           f"file changed: {src.resolve()} (size "), err
 
