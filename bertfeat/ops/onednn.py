@@ -417,11 +417,11 @@ class _Prim:
 
     __slots__ = ("prim", "mems", "args", "scratch_bytes", "impl", "has_bias")
 
-    def __init__(self, a_shape, a_strides, p: Packed, out_strides, out_dt: int, bias: bool, act: str | None):
+    def __init__(self, a_shape, p: Packed, out_dt: int, bias: bool, act: str | None):
         lib = _lib()
         M, K = a_shape
         N = p.shape[1]
-        src, dst = _md((M, K), p._src_dt, a_strides), _md((M, N), out_dt, out_strides)
+        src, dst = _md((M, K), p._src_dt, (K, 1)), _md((M, N), out_dt, (N, 1))  # rows back to back (matmul: _gapped)
         bmd = _md((1, N), _F32) if bias else None
         attr, pd, self.prim, post = _user_scratchpad_attr(), ctypes.c_void_p(), ctypes.c_void_p(), ctypes.c_void_p()
         self.has_bias = bias
@@ -468,12 +468,13 @@ class _Prim:
             pass
 
 
-def _row_strides(x: np.ndarray, name: str) -> tuple[int, int]:
+def _row_stride(x: np.ndarray, name: str) -> int:
+    """Elements from one row of a 2-D array with contiguous rows to the next (a single row: its width)."""
     if x.ndim != 2 or (x.shape[1] > 1 and x.strides[1] != x.itemsize) or x.strides[0] % x.itemsize:
         raise ValueError(f"{name}: a 2-D array with contiguous rows is required, got shape {x.shape} strides {x.strides}")
     if x.shape[0] <= 1:  # one row: its stride means nothing (a wide one sent oneDNN 3.2 to ref:any)
-        return (max(x.shape[1], 1), 1)
-    return (max(x.strides[0] // x.itemsize, x.shape[1], 1), 1)
+        return max(x.shape[1], 1)
+    return max(x.strides[0] // x.itemsize, x.shape[1], 1)
 
 
 def _gapped(a: np.ndarray, p: Packed, out: np.ndarray, bias: np.ndarray | None, act: str | None) -> np.ndarray:
@@ -512,18 +513,17 @@ def matmul(a: np.ndarray, p: Packed, out: np.ndarray | None = None, bias: np.nda
         raise ValueError(f"matmul: bias must be contiguous float32 ({N},), got {bias.dtype} {bias.shape}")
     if M == 0 or N == 0:
         return out
-    a_strides, o_strides = _row_strides(a, "a"), _row_strides(out, "out")
-    if a_strides[0] != K or o_strides[0] != N:
+    if _row_stride(a, "a") != K or _row_stride(out, "out") != N:
         return _gapped(a, p, out, bias, act)
     if p.row_block and M != p.row_block:
         return _in_blocks(a, p, out, bias, act)
     st = _thread_state()
     out_dt = _DTYPES[out.dtype] if out.dtype != np.uint16 else _BF16
-    key = (M, K, N, p._dt, a_strides[0], o_strides[0], out_dt, bias is not None, act)
+    key = (M, K, N, p._dt, out_dt, bias is not None, act)
     prims: OrderedDict = st["prims"]
     e = prims.get(key)
     if e is None:
-        e = prims[key] = _Prim((M, K), a_strides, p, o_strides, out_dt, bias is not None, act)
+        e = prims[key] = _Prim((M, K), p, out_dt, bias is not None, act)
         if len(prims) > _MAX_PRIMITIVES:
             prims.popitem(last=False)
     else:
