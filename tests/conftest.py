@@ -100,35 +100,7 @@ def _missing_live() -> list[str]:
     return [m for m in LIVE_MODULES if gone(m)]
 
 
-# Known defect, open (found 2026-12-05, the first AMX machine to run the suite): oneDNN 3.2's AMX bf16 kernel rounds
-# some products' float32 sums by the batch's row count (last bit, <= 2.4e-7), so these models' bf16 vectors depend on
-# their batch there (MiniLM's and the bert-base shape's do not). Marked strict: a fix makes them fail until unmarked.
-AMX_BF16_BATCH_DEFECT = frozenset(
-    ["test_dense_pooler_and_projection_give_a_text_the_same_vector_in_any_batch[bf16]",
-     "test_a_texts_features_do_not_depend_on_its_batch[bf16]"]
-    + [f"test_hostile_models_give_fp32s_vectors_whatever_the_batch[bf16-{m}]" for m in
-       ("zero_channels", "tiny_channels", "layernorm_channel_zero", "embedding_rows_zero", "embedding_rows_equal",
-        "vocabulary_of_8")])
-
-
-def _bf16_on_amx() -> bool:
-    try:
-        import numpy as np
-
-        from bertfeat.ops import gemm
-
-        return (gemm._probe_kernel(np.uint16) or "").endswith("_amx")
-    except Exception:
-        return False
-
-
 def pytest_collection_modifyitems(config, items):
-    marked = [i for i in items if i.name in AMX_BF16_BATCH_DEFECT]
-    if marked and _bf16_on_amx():
-        why = ("known defect on AMX: oneDNN 3.2's AMX bf16 kernel rounds some rows by the batch's row count "
-               "(last bit); open, see benchmarks/RESULTS.md (AMX)")
-        for item in marked:
-            item.add_marker(pytest.mark.xfail(reason=why, strict=True))
     gone = _missing_live()
     if not gone or STRICT:  # strict: let the live tests run and fail on the missing import
         return

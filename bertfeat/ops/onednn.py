@@ -389,22 +389,46 @@ def _thread_state():
 
 def _in_blocks(a: np.ndarray, p: Packed, out: np.ndarray, bias, act) -> np.ndarray:
     """``matmul`` in blocks of ``p.row_block`` rows, the last one through zero-padded buffers (see ROW_BLOCK)."""
-    R, (M, K) = p.row_block, a.shape
+    R, M = p.row_block, a.shape[0]
     full = M - M % R
     for s in range(0, full, R):
         matmul(a[s:s + R], p, out[s:s + R], bias, act)
     if full < M:
-        st = _thread_state()
-        key = ("pad", K, p.shape[1], out.dtype)
-        bufs = st.get(key)
-        if bufs is None:
-            bufs = st[key] = (np.zeros((R, K), a.dtype), np.empty((R, p.shape[1]), out.dtype))
-        pa, po = bufs
-        pa[:M - full] = a[full:]
-        pa[M - full:] = 0  # rows a previous call left
-        matmul(pa, p, po, bias, act)
-        out[full:] = po[:M - full]
+        _padded(a[full:], p, out[full:], bias, act, R)
     return out
+
+
+def _padded(a: np.ndarray, p: Packed, out: np.ndarray, bias, act, rows: int) -> np.ndarray:
+    """``matmul`` of ``a``'s M < ``rows`` rows as a product of ``rows`` rows (zero rows after them)."""
+    M, K = a.shape
+    st = _thread_state()
+    key = ("pad", rows, K, p.shape[1], a.dtype, out.dtype)
+    bufs = st.get(key)
+    if bufs is None:
+        bufs = st[key] = (np.zeros((rows, K), a.dtype), np.empty((rows, p.shape[1]), out.dtype))
+    pa, po = bufs
+    pa[:M] = a
+    pa[M:] = 0  # rows a previous call left
+    matmul(pa, p, po, bias, act)
+    out[...] = po[:M]
+    return out
+
+
+def _rows_for_kernel(p: Packed, key: tuple) -> int:
+    """The fewest rows whose product of this kind runs on ``p.impl``, the kernel chosen for PACK_ROWS rows (0: none
+    below PACK_ROWS does). oneDNN 3.2 sends a product of few short rows elsewhere (AMX bf16 with M x K < 256 to
+    avx512_core_bf16), which rounds a row's sums otherwise: a text's vector then depended on its batch."""
+    st = _thread_state()
+    found = st.setdefault("kernel_rows", {})
+    if key not in found:
+        M = key[0]
+        found[key] = 0
+        while M < PACK_ROWS:
+            M = min(2 * M, PACK_ROWS)
+            if _Prim((M, key[1]), p, key[4], key[5], key[6]).impl == p.impl:
+                found[key] = M
+                break
+    return found[key]
 
 
 def _stream() -> ctypes.c_void_p:
@@ -528,6 +552,10 @@ def matmul(a: np.ndarray, p: Packed, out: np.ndarray | None = None, bias: np.nda
             prims.popitem(last=False)
     else:
         prims.move_to_end(key)
+    if e.impl != p.impl and p.out_dtype == np.float32:  # float sums round by kernel (int32 ones are exact)
+        rows = _rows_for_kernel(p, key)
+        if rows:
+            return _padded(a, p, out, bias, act, rows)
     lib = _state["lib"]
     set_h = lib.dnnl_memory_set_data_handle
     set_h(e.mems[0], a.ctypes.data)
