@@ -460,6 +460,7 @@ def _open_source(meta: dict, path: Path, input, encoding):
     """The input the features were extracted from, opened as the provenance says (``input`` / ``encoding`` where
     given)."""
     from .readers import DEFAULT_MAX_FIELD_BYTES, open_input
+    from .readers.formats import detect_format
 
     recorded = meta.get("encoding")
     _check_recorded_reading(meta, path)
@@ -468,10 +469,14 @@ def _open_source(meta: dict, path: Path, input, encoding):
     elif recorded and _codec(encoding) and _codec(encoding) != _codec(recorded):  # (unknown: the reader says so)
         raise BertfeatError(f"{path} records the encoding its input was read with, {recorded}, not {encoding}",
                             f"leave {opt('encoding')} out (it is for files whose provenance does not record one)")
+    source = _input_path(meta, path, input)
+    delimiter = meta.get("delimiter")
+    if delimiter is not None and detect_format(source, meta["input_format"]) in ("parquet", "jsonl"):
+        delimiter = None  # a run before the reader refused one the format ignores recorded it
     try:
-        return open_input(_input_path(meta, path, input), meta["input_format"], meta["text_column"],
+        return open_input(source, meta["input_format"], meta["text_column"],
                           meta.get("pair_column"), meta.get("id_column"), encoding,
-                          delimiter=meta.get("delimiter"), keep=tuple(meta.get("keep") or ()),
+                          delimiter=delimiter, keep=tuple(meta.get("keep") or ()),
                           keep_as=meta.get("keep_as"),  # its bad kept values too
                           max_field_bytes=meta.get("max_field_bytes") or DEFAULT_MAX_FIELD_BYTES)
     except BertfeatError as e:  # the recorded delimiter does not split the input's header: verify has no such option

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from ..checks import PARQUET_SUFFIXES
 from ..errors import InputError, opt
-from .base import DEFAULT_MAX_FIELD_BYTES, Reader
+from .base import DEFAULT_MAX_FIELD_BYTES, Reader, normalize_encoding
 from .delimited import CsvReader
 from .jsonl import JsonlReader
 from .parquet import ParquetReader
@@ -65,7 +65,23 @@ def open_input(path: str, fmt: str | None = None, text_column: str | None = None
     if fmt == "parquet" and compression_of(first) is not None:  # Parquet is read by its footer, not as a stream
         raise InputError(f"{path}: a Parquet file compressed as a whole ({Path(first).suffix}) cannot be read",
                          "decompress it first (Parquet compresses its own pages, so the .parquet itself is as small)")
+    refuse_unused_options(path, fmt, encoding, delimiter)
     cls = ParquetReader if fmt == "parquet" else JsonlReader if fmt == "jsonl" else CsvReader
     return cls(path, fmt, text_column=text_column, pair_column=pair_column, id_column=id_column, encoding=encoding,
                batch_rows=batch_rows, delimiter=delimiter, keep=keep, label=label, keep_as=keep_as,
                max_field_bytes=max_field_bytes)
+
+
+def refuse_unused_options(path: str, fmt: str, encoding: str, delimiter: str | None) -> None:
+    """An option the format does not read, refused rather than ignored: a delimiter for JSONL or Parquet, an encoding
+    other than UTF-8 for Parquet (its strings are UTF-8 by the format's definition; a binary column in another
+    encoding is refused row by row, saying so)."""
+    name = "Parquet" if fmt == "parquet" else "JSONL"
+    if delimiter is not None and fmt in ("parquet", "jsonl"):
+        raise InputError(f"{opt('delimiter', delimiter)} does not apply to {path}, which is read as {name} (a delimiter "
+                         "splits CSV / TSV lines)", f"leave {opt('delimiter')} out, or pass "
+                         f"{opt('input_format', 'csv')} if the file is CSV")
+    if fmt == "parquet" and normalize_encoding(encoding) != "utf-8":
+        raise InputError(f"{opt('encoding', encoding)} does not apply to {path}, which is read as Parquet (Parquet "
+                         "stores text as UTF-8)", f"leave {opt('encoding')} out; a binary column in another encoding: "
+                         "decode it to UTF-8 strings when writing the Parquet file")

@@ -423,10 +423,26 @@ def cast_values(column: str, values, typ: pa.DataType) -> tuple[list, dict[int, 
             text = (shown_text(one.cast(pa.large_binary())[0].as_py()) if _textual(one.type)
                     else shown[0] if shown else str(one[0]))
             out.append(text)
-            bad[k] = Reason(RejectCode.BAD_KEPT_VALUE, f"kept column {column!r}: {quoted(text)} is not {_WORDS[str(typ)][0]} "
-                                                       f"{_whose(str(typ), True)} ({one_line(e, 80)})")
+            at = _not_utf8_at(one, typ)
+            bad[k] = (Reason(RejectCode.BINARY_COLUMN, f"kept column {column!r}: invalid UTF-8 at byte {at} of "
+                                                       f"{quoted(text)} (a binary Parquet column; the type given in "
+                                                       f"{opt('keep')}: str)") if at >= 0 else
+                      Reason(RejectCode.BAD_KEPT_VALUE, f"kept column {column!r}: {quoted(text)} is not "
+                                                        f"{_WORDS[str(typ)][0]} {_whose(str(typ), True)} ({one_line(e, 80)})"))
     out, past = _in_range(column, values, out)  # the batch's others as when all cast (1e400 is not a bad row either)
     return out, {**bad, **past}
+
+
+def _not_utf8_at(one, typ: pa.DataType) -> int:
+    """Where a one-value binary array cast to a string type stops being UTF-8 (-1: it is, or this is no such cast)."""
+    if not (pa.types.is_binary(one.type) or pa.types.is_large_binary(one.type)) or not (
+            pa.types.is_string(typ) or pa.types.is_large_string(typ)):
+        return -1
+    try:
+        (one[0].as_py() or b"").decode("utf-8")
+    except UnicodeDecodeError as e:
+        return e.start
+    return -1
 
 
 def _in_range(column: str, values, cast: list) -> tuple[list, dict[int, Reason]]:

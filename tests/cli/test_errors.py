@@ -276,8 +276,48 @@ def test_invalid_utf8_in_a_binary_parquet_column(tmp_path, capsys):
     pq.write_table(pa.table({"text": pa.array([b"ok fine", b"\xff\xfebad"], pa.binary())}), src)
     rc, _, err = extract(capsys, src, tmp_path / "o.parquet")
     one_line(rc, err, f"Error: {src} row 1: invalid UTF-8 at byte 0 of the text (a binary Parquet column) - write the column "
-                      "as UTF-8 strings (decode it with its real encoding first; --encoding applies to CSV and JSONL), "
+                      "as UTF-8 strings (decode it with its real encoding first; --encoding applies to CSV, TSV and JSONL "
+                      "only); a kept column is kept as the bytes it holds when --keep gives it no :str, "
                       "or pass --on-bad-row skip to write it to the rejects file and go on")
+    assert not (tmp_path / "o.parquet").exists()
+
+
+def test_encoding_and_delimiter_a_format_does_not_read_are_refused(tmp_path, capsys):
+    """--encoding on Parquet (UTF-8 by definition) and --delimiter on Parquet or JSONL were ignored: a run went on as if
+    they were not given, and the binary-column error above then advised the --encoding that had been passed (a loop).
+    An encoding that is UTF-8 (any spelling) changes nothing and stays accepted."""
+    src = tmp_path / "b.parquet"
+    pq.write_table(pa.table({"text": pa.array([b"ok fine", b"caf\xe9"], pa.binary())}), src)
+    rc, _, err = extract(capsys, src, tmp_path / "o.parquet", "--encoding", "latin-1")
+    one_line(rc, err, f"Error: --encoding latin-1 does not apply to {src}, which is read as Parquet (Parquet stores text "
+                      "as UTF-8) - leave --encoding out; a binary column in another encoding: decode it to UTF-8 strings "
+                      "when writing the Parquet file")
+    rc, _, err = extract(capsys, src, tmp_path / "o.parquet", "--delimiter", ";")
+    one_line(rc, err, f"Error: --delimiter ; does not apply to {src}, which is read as Parquet (a delimiter splits "
+                      "CSV / TSV lines) - leave --delimiter out, or pass --input-format csv if the file is CSV")
+    jsonl = tmp_path / "a.jsonl"
+    jsonl.write_text('{"text": "a b"}\n')
+    rc, _, err = extract(capsys, jsonl, tmp_path / "o.parquet", "--delimiter", "tab")
+    one_line(rc, err, f"Error: --delimiter tab does not apply to {jsonl}, which is read as JSONL (a delimiter splits "
+                      "CSV / TSV lines) - leave --delimiter out, or pass --input-format csv if the file is CSV")
+    assert not (tmp_path / "o.parquet").exists()
+    assert extract(capsys, src, tmp_path / "o.parquet", "--encoding", "UTF8", "--on-bad-row", "skip")[0] == 0
+    assert pq.read_table(tmp_path / "o.parquet").num_rows == 1
+
+
+def test_a_binary_kept_column_given_str_says_to_drop_str(tmp_path, capsys):
+    """keep b:str on a binary Parquet column that is not UTF-8: the reason says so (byte, binary column), and the fix
+    is keeping it without :str (its bytes kept as they are), not the fix of a mistyped column, which said to give :str."""
+    src = tmp_path / "k.parquet"
+    pq.write_table(pa.table({"text": ["a b", "c d"], "b": pa.array([b"ok", b"x\xffy"], pa.binary())}), src)
+    rc, _, err = extract(capsys, src, tmp_path / "o.parquet", "--keep", "b:str")
+    one_line(rc, err, f"Error: {src} row 1: kept column 'b': invalid UTF-8 at byte 1 of \"x\\\\xffy\" (a binary Parquet "
+                      "column; the type given in --keep: str) - write the column as UTF-8 strings (decode it with its "
+                      "real encoding first; --encoding applies to CSV, TSV and JSONL only); a kept column is kept as "
+                      "the bytes it holds when --keep gives it no :str, or pass --on-bad-row skip to write it to the "
+                      "rejects file and go on")
+    assert extract(capsys, src, tmp_path / "o.parquet", "--keep", "b")[0] == 0
+    assert pq.read_table(tmp_path / "o.parquet").column("b").to_pylist() == [b"ok", b"x\xffy"]
 
 
 def test_duplicate_parquet_columns(tmp_path, capsys):

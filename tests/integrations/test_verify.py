@@ -716,6 +716,22 @@ def test_a_recorded_delimiter_the_input_does_not_hold_is_not_the_users_option(pr
                f"takes - {DAMAGED_FIX}\n")
 
 
+def test_a_delimiter_an_earlier_run_recorded_for_parquet_input_does_not_stop_verify(tmp_path, capsys):
+    """Before the readers refused --delimiter on Parquet and JSONL they ignored it, and the provenance recorded it:
+    verify of such a run reads its input as that run did (the delimiter left out), where the reader now refuses one."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    src = tmp_path / "in.parquet"
+    pq.write_table(pa.table({"id": [f"r{i}" for i in range(12)], "text": [r[1] for r in _rows(12)]}), src)
+    out = tmp_path / "o.parquet"
+    assert main(["extract", str(src), "-o", str(out), "--model", str(tiny_model()), "--id-column", "id", "-q"]) == 0
+    assert run(capsys, "verify", out, "-q")[0] == 0
+    edited = edited_provenance(out, tmp_path / "e.parquet", "delimiter", ";")
+    assert json.loads(pq.read_schema(edited).metadata[b"bertfeat"])["delimiter"] == ";"
+    assert run(capsys, "verify", edited, "-q") == (0, "", "")
+
+
 @pytest.mark.parametrize("args", [["pca", "fit", "{out}", "-n", "2", "-o", "{tmp}/q.npz"],
                                   ["pca", "transform", "{out}", "--pca-model", "{tmp}/p.npz", "-o", "{tmp}/r.parquet"]])
 def test_every_reader_of_a_feature_file_refuses_a_damaged_provenance(pristine, tmp_path, capsys, args):
