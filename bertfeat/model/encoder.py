@@ -23,7 +23,7 @@ import numpy as np
 
 from ..ops import gemm
 from .config import BertConfig
-from ..errors import BertfeatError, ConfigError, InputError, opt, warn
+from ..errors import BertfeatError, ConfigError, InputError, clipped, opt, warn
 from .hub import ModelLocation, file_states, files_differ, model_files, model_files_digest, resolve_model
 from .families import forward, load_model_weights
 from .bert import Workspace, layer_steps, pooler
@@ -916,7 +916,7 @@ def text_list(values, name: str) -> list[str]:
 
 def short_repr(v) -> str:
     """A value and its type for a message: ``None``, ``3 (int)``, ``b'x' (bytes)``, ``nan (float)``."""
-    return "None" if v is None else f"{v!r:.40} ({type(v).__name__})"
+    return "None" if v is None else f"{clipped(repr(v))} ({type(v).__name__})"  # "..." marks a cut
 
 
 class RowsError(InputError):

@@ -611,6 +611,7 @@ def test_encoder_default_settings_still_load():
     (b"bytes", None, "texts is b'bytes' (bytes), not a list of strings"),
     (7, None, "texts is 7 (int), not a list of strings"),
     (["a", "b"], ["c", None], "pairs[1] is None, not a string"),
+    ([b"x" * 100], None, "texts[0] is b'" + "x" * 35 + "... (bytes), not a string"),  # "..." marks the cut
 ])
 def test_encode_refuses_a_text_that_is_not_a_string(texts, pairs, message):
     with pytest.raises(BertfeatError) as e:
