@@ -232,7 +232,10 @@ class ParameterError(BertfeatError, TypeError):
 
 class BertfeatWarning(UserWarning):
     """Something a run goes on with, but the user should know (Python: a warning; the CLI: ``Warning: ...`` on
-    stderr), e.g. a tokenizer with tokens the model cannot embed."""
+    stderr), e.g. a tokenizer with tokens the model cannot embed. Its text names options Python's way
+    (``keep='k:str'``); ``marked``, the words with their option markers, which the CLI renders as its flags."""
+
+    marked: str = ""
 
 
 def warn(message: str, every_time: bool = True) -> None:
@@ -256,10 +259,12 @@ def warn(message: str, every_time: bool = True) -> None:
     registry = None if every_time else frame.f_globals.setdefault("__warningregistry__", {})
     where = dict(filename=frame.f_code.co_filename, lineno=frame.f_lineno, module=frame.f_globals.get("__name__"),
                  registry=registry)
+    w = BertfeatWarning(render(message))
+    w.marked = message  # (the CLI's flags: cli.app._warnings_as_lines)
     try:
-        warnings.warn_explicit(message, BertfeatWarning, **where, module_globals=frame.f_globals)
+        warnings.warn_explicit(w, BertfeatWarning, **where, module_globals=frame.f_globals)
     except ImportError:  # the caller's loader cannot give its source (python -c, stdin, the REPL: __main__ is built
-        warnings.warn_explicit(message, BertfeatWarning, **where)  # in), asked before anything is shown or recorded
+        warnings.warn_explicit(w, BertfeatWarning, **where)  # in), asked before anything is shown or recorded
 
 
 class OutputError(BertfeatError):

@@ -742,14 +742,15 @@ def _warnings_as_lines():
     warnings; Python's default shows the file and line that warned, which is not the user's."""
     import warnings
 
-    from ..errors import BertfeatWarning
+    from ..errors import BertfeatWarning, render as spelled
 
     with warnings.catch_warnings():
         default = warnings.showwarning
 
         def show(message, category, filename, lineno, file=None, line=None):
             if issubclass(category, BertfeatWarning):
-                err_console.print(f"Warning: {message}", markup=False, highlight=False, soft_wrap=True)
+                words = spelled(getattr(message, "marked", "") or str(message), _flags())  # options as this CLI's flags
+                err_console.print(f"Warning: {words}", markup=False, highlight=False, soft_wrap=True)
             else:
                 default(message, category, filename, lineno, file, line)
 

@@ -299,16 +299,16 @@ class JsonlReader(TextReader):
 
     def _kept(self, obj, extra: dict[str, list], reason: Reason | None, written: dict) -> Reason | None:
         """Append the row's kept values (converted to their columns' types) to ``extra``, and to ``written`` a number
-        whose value the rejects file would show otherwise (1e5 read as 100000.0): -> the row's reason, or the first
-        kept value's that is of another kind."""
+        whose value the rejects file or the output may show otherwise (1e5 read as 100000.0, 1.0 written 1): -> the
+        row's reason, or the first kept value's that is of another kind."""
         for c, typ in self._kept_types.items():
             given = c in self.keep_as
             raw = obj.get(c) if isinstance(obj, dict) else None
             value, why = convert_json(c, raw, typ, given, unseen=not given and self._first_kind.get(c) is None)
             extra[c].append(value)
             text = json_written(raw)
-            if text is not None and cell(value) != text:
-                written[c] = text
+            if text is not None and (cell(value) != text or (type(value) is float and value.is_integer())):
+                written[c] = text  # (an integral double too: Arrow writes 1.0 as 1, run.summary.RespelledNumbers)
             reason = reason or why
         return reason
 

@@ -106,7 +106,7 @@ from .pca_steps import (OrderedMerge, RowBlocks, applied_pca, applied_pca_entry,
                         write_pca)
 from .provenance import provenance
 from .outputs import REPLACEABLE, allow_replacing, mark_finishing, remove_stale
-from .summary import ExtractSummary, RepeatedIds, new_summary
+from .summary import ExtractSummary, RepeatedIds, RespelledNumbers, new_summary
 from .options import encoder_keywords
 from .progress import NullProgress
 from ..readers import Partition, Reader
@@ -323,6 +323,7 @@ def encode_partition(part: Partition, first_row: int, ctx: TaskContext) -> dict:
     dtype = "float32" if ctx.want_pca else ctx.dtype  # full-width parts are the PCA's float32 input
     writer = _writer(path, ctx.dim, ctx, ctx.meta, ctx.wide and not ctx.want_pca, dtype)
     reuser = None
+    respelled = RespelledNumbers()  # the partition's JSONL kept numbers written in other digits
     try:
         # identical rows of the partition encoded once; with a cache, rows any run encoded before are reused
         reuser = make_reuser(enc, ctx.spec, None if ctx.cache is None else Path(ctx.cache), Path(ctx.out_dir), ctx.cache_id,
@@ -333,6 +334,7 @@ def encode_partition(part: Partition, first_row: int, ctx: TaskContext) -> dict:
             table, rejects = encode_chunk(enc, ctx.spec, chunk, ctx.reader.row_label, ctx.on_bad_row, ctx.id_name, ctx.keep_types,
                                           reuser, ctx.reader.id_type())
             stats["rejects"] += rejects
+            respelled.add(chunk, ctx.reader)
             if not table.num_rows:
                 continue
             X = feature_matrix(table)
@@ -347,7 +349,7 @@ def encode_partition(part: Partition, first_row: int, ctx: TaskContext) -> dict:
         if blocks is not None:
             blocks.flush()
         stats.update(rows_encoded=reuser.encoded, rows_reused=reuser.reused, tokens_encoded=reuser.tokens_encoded,
-                     cache_repaired=reuser.corrupt, cache_read_only=reuser.read_only)
+                     cache_repaired=reuser.corrupt, cache_read_only=reuser.read_only, numbers_respelled=respelled.tally)
         writer.close(_part_meta(ctx.meta, stats))
     except BaseException:
         writer.abort()
@@ -448,6 +450,7 @@ def run(plan, progress: NullProgress | None = None, client=None) -> ExtractSumma
         job.write(results, merged, final_meta)
         if repeats is not None:  # the outputs are complete: then the warning, as the local engine gives it
             repeats.report(job.summary, plan.reader.name, plan.reader.id_column)
+        job.respelled.report(job.summary, plan.reader.name)
     except BaseException as e:  # what the failure keeps and says: failures.py
         raise job.failed(e)
     finally:
@@ -473,6 +476,7 @@ class DaskRun:
         # pca_model: checked before any task runs
         self.applied = applied_pca(plan, self.fingerprint, encoder.output_dim(self.spec))
         self.summary = new_summary(plan, encoder, self.spec, "dask")
+        self.respelled = RespelledNumbers()  # the partitions' JSONL kept numbers written in other digits (total)
         # (None, None) without a cache; read_only: why the client may not write it (its tasks then share a run store)
         self.cache_id, self.cache_read_only = check_cache(plan, encoder, self.spec) if plan.cache is not None else (None, None)
         self.out, self.partial = plan.layout.features, plan.layout.partial
@@ -656,6 +660,7 @@ class DaskRun:
                 summary.cache_repaired += int(results[i].get("cache_repaired", 0))
                 summary.cache_read_only = summary.cache_read_only or results[i].get("cache_read_only")
             summary.rows_multiline += int(results[i].get("rows_multiline", 0))
+            self.respelled.merge(results[i].get("numbers_respelled", {}))
         for note in summary.cache_notes():
             self.progress.note(note)
         final_meta = provenance(self.encoder, self.spec, self.fingerprint, plan, summary)

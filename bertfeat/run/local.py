@@ -44,7 +44,7 @@ from .pca_steps import accumulate_pca, applied_pca, applied_pca_entry, finish_pc
 from .provenance import provenance
 from .outputs import allow_replacing, mark_finishing, remove_stale
 from .plan import check_output_values
-from .summary import ExtractSummary, RepeatedIds, new_summary
+from .summary import ExtractSummary, RepeatedIds, RespelledNumbers, new_summary
 from .progress import NullProgress
 from ..readers.rejects import TooManyBadRows, publish_rejects
 from ..ops.threads import read_ahead
@@ -188,6 +188,7 @@ class LocalRun:
         self.pca = new_pca(plan.pca_n_components) if plan.pca is not None else None
         self.limit = plan.max_bad_rows
         self.repeats = RepeatedIds() if plan.reader.id_column else None  # row numbers (no id column) never repeat
+        self.respelled = RespelledNumbers()  # JSONL kept numbers written in other digits (a warning)
         self.summary: ExtractSummary | None = None
         self.complete = False  # the outputs are in place (the partial directory is gone)
 
@@ -231,6 +232,7 @@ class LocalRun:
                     with uninterrupted():  # a part on disk is a chunk counted: a stop between kept it uncounted (removed)
                         store.write_part(pc.chunk.index, table, pc.chunk.rejects, pc.chunk.n_read, reuse)
                         self.account(pc.chunk.index, table, pc.chunk.rejects, pc.chunk.n_read, reuse, pc.chunk.rows)
+                    self.respelled.add(pc.chunk, plan.reader)
                     # the tokens of the rows written, reused ones too (as the Dask engine's): a cached chunk's rows/s
                     # beside "0 tokens/s" read as rows without tokens
                     tokens = int(table.column("n_tokens").to_numpy().sum())
@@ -293,9 +295,11 @@ class LocalRun:
         summary.probe = probe_into_report(plan, pca, self.fingerprint, summary.outputs["features"], self.progress)
 
     def warn_repeated_ids(self) -> None:
-        """Ids written on more than one row: counted in the summary, and one warning (the CLI's ``Warning:`` line)."""
+        """Ids written on more than one row, and JSONL kept numbers written in other digits: counted in the summary,
+        and a warning each (the CLI's ``Warning:`` line)."""
         if self.repeats is not None:
             self.repeats.report(self.summary, self.plan.reader.name, self.plan.reader.id_column)
+        self.respelled.report(self.summary, self.plan.reader.name)
 
     def failure(self, kind: str, phase: str, e: BaseException | None = None) -> Failure:
         """What happened, for failures.py: standard input or not, the chunks in the part store, the outputs' state."""

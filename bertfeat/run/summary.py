@@ -1,7 +1,8 @@
 """What a run did: ``ExtractSummary`` (its counts, timing, outputs; ``bertfeat.extract`` returns it and
 ``to_dict`` is ``--summary-json``), ``new_summary`` (an engine's summary before any row), ``gemm_record`` (the GEMM
-path as the summary and the provenance record it) and ``RepeatedIds`` (ids written on more than one row: either
-engine's warning and ``ids_repeated``).
+path as the summary and the provenance record it), ``RepeatedIds`` (ids written on more than one row: either
+engine's warning and ``ids_repeated``) and ``RespelledNumbers`` (JSONL numbers a kept column writes in other digits:
+the warning and ``numbers_respelled``).
 
 A unit of work (a local chunk, a Dask partition) yields its counts (chunks.table_counts); the job adds them with
 ``ExtractSummary.add``.
@@ -52,6 +53,7 @@ class ExtractSummary:
     gemm: dict = field(default_factory=dict)  # the GEMM path, as the provenance records it (gemm_record)
     probe: dict | None = None  # with label: the PCA report's linear probe (probe.py)
     ids_repeated: int | None = None  # ids written on more than one row (RepeatedIds); None: not checked
+    numbers_respelled: dict = field(default_factory=dict)  # JSONL kept column -> numbers written in other digits
 
     def add(self, counts: dict):
         """Add a unit of work's counts (table_counts keys, plus rows_read when given)."""
@@ -156,6 +158,56 @@ class RepeatedIds:
         shown = _shown_id(ident)
         return (f"{source}: the id column '{column}' repeats {self.count:,} id{'s' * (self.count != 1)} (the first, "
                 f"{shown}, on rows {a} and {b}); every row is written, so a join on '{column}' matches each of them")
+
+
+class RespelledNumbers:
+    """JSON numbers of a kept JSONL column whose type the file's first lines decided, written back in other digits
+    than the line's (``1E5`` as 100000, ``2.50`` as 2.5, ``-0`` as 0): the same numbers, not the same text, so the run
+    says so (the input's own text: ``--keep k:str``). Each engine adds its accepted rows' (``add``, a Dask partition's
+    ``tally`` in its result), then ``report`` warns once per column after the outputs are complete."""
+
+    def __init__(self, tally: dict | None = None):
+        self.tally: dict[str, list] = {c: list(v) for c, v in (tally or {}).items()}  # column -> [count, row, text, as]
+
+    def add(self, chunk, reader) -> None:
+        """A validated chunk's accepted rows (``chunk.written``: the values the input wrote otherwise)."""
+        if reader.fmt != "jsonl" or not chunk.written or chunk.extra is None:
+            return
+        import pyarrow as pa
+
+        at = {row: i for i, row in enumerate(chunk.rows)}
+        seen: dict[str, list] = {}  # column -> (row, the line's text, the value) of its accepted rows
+        for row, cells in chunk.written.items():
+            if row in at:  # (a bad row: the rejects file shows its values as written)
+                for c, text in cells.items():
+                    if c not in reader.keep_as:  # a type given (k:float) reads each number as one, as asked
+                        seen.setdefault(c, []).append((row, text, chunk.extra[c][at[row]]))
+        for c, cells in seen.items():
+            typ = reader.keep_types().get(c)
+            if typ is None or not (pa.types.is_floating(typ) or pa.types.is_integer(typ)):
+                continue
+            shown = pa.array([v for _, _, v in cells], typ).cast(pa.string()).to_pylist()  # as the output writes them
+            for (row, text, _), back in zip(cells, shown):
+                if back != text:
+                    self.merge({c: [1, row, text, back]})
+
+    def merge(self, tally: dict) -> None:
+        for c, (n, row, text, shown) in tally.items():
+            have = self.tally.get(c)
+            if have is None or row < have[1]:
+                self.tally[c] = [n + (have[0] if have else 0), row, text, shown]
+            else:
+                have[0] += n
+
+    def report(self, summary: "ExtractSummary", source: str) -> None:
+        """Into ``summary.numbers_respelled``, and one ``BertfeatWarning`` per column (the CLI's ``Warning:`` line)."""
+        from ..errors import opt, warn
+
+        summary.numbers_respelled = {c: v[0] for c, v in sorted(self.tally.items())}
+        for c, (n, row, text, shown) in sorted(self.tally.items()):
+            warn(f"{source}: kept column {c!r} holds {n:,} JSON number{'s' * (n != 1)} written in other digits than the "
+                 f"line's (the first, {text} on row {row}, as {shown}): the same number{'s' * (n != 1)}, not the same "
+                 f"text; give {opt('keep', c + ':str')} to keep the text")
 
 
 def _repeats(arrays: list, rows: list) -> tuple[int, tuple | None]:

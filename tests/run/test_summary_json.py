@@ -54,6 +54,7 @@ def test_summary_json_on_stdout_matches_the_run(tmp_path, capsys, engine):
     assert meta["gemm"] == s["gemm"]  # the provenance's GEMM path
     assert s["command"].startswith("bertfeat extract ") and "--summary-json -" in s["command"]
     assert s["ids_repeated"] == 0  # unique ids (either engine checks)
+    assert s["numbers_respelled"] == {}  # (no kept JSONL column)
 
 
 def test_summary_json_file_is_replaced_each_run_but_a_users_file_is_not(tmp_path, capsys):
