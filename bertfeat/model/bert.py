@@ -445,12 +445,13 @@ class Batch:
     bias: np.ndarray | None = None  # (nh, T, T) added to every layer's scaled scores (MPNet's position bias)
     want_probs: bool = False  # return each layer's attention probabilities
     levels: int = 1  # int8: the weight's levels, 2 (Wq + Wr / RESID) for a batch of short sequences (quant.py)
+    ids: np.ndarray | None = None  # (B, T) the token ids (int8 decides the levels by them: quant.all_two_levels)
 
     @classmethod
     def of(cls, config, mask_add: np.ndarray, ws: Workspace, bias: np.ndarray | None = None,
-           want_probs: bool = False) -> Batch:
+           want_probs: bool = False, ids: np.ndarray | None = None) -> Batch:
         return cls(mask_add.shape[0], mask_add.shape[-1], mask_add, ws, elementwise(), config.num_attention_heads,
-                   config.act, config.layer_norm_eps, bias, want_probs)
+                   config.act, config.layer_norm_eps, bias, want_probs, ids=ids)
 
     @property
     def real(self) -> np.ndarray:
@@ -783,7 +784,7 @@ class Int8Steps(Fp32Steps):
         return Rows(x, quantize_(x, bt, "x", w.layers[0].qkv_w))  # (N, H) uint8
 
     def mark(self, bt: Batch) -> None:
-        bt.levels = 2 if quant.all_short(bt.real) else 1
+        bt.levels = 2 if quant.all_two_levels(bt.real, bt.ids) else 1
 
     def linear(self, x: np.ndarray, wt, b: np.ndarray | None, out: np.ndarray, bt: Batch, row0: int = 0) -> np.ndarray:
         xq = quantize_(x, bt, "mb", wt)
@@ -874,7 +875,7 @@ def bert_forward(w: BertWeights, input_ids: np.ndarray, token_type_ids: np.ndarr
     keep, last = layers_to_run(c, T, keep, output_attentions)
     ws = ws or Workspace()
     x = embed(w, input_ids, token_type_ids, out=ws.take("emb", (B * T, c.hidden_size)))  # (N, H)
-    return run_layers(w, x, additive_mask(attention_mask), B, T, keep, last, output_attentions, ws, at=at)
+    return run_layers(w, x, additive_mask(attention_mask), B, T, keep, last, output_attentions, ws, at=at, ids=input_ids)
 
 
 def layers_to_run(c, T: int, keep: tuple[int, ...] | None, output_attentions: bool) -> tuple[tuple[int, ...], int]:
@@ -888,9 +889,10 @@ def layers_to_run(c, T: int, keep: tuple[int, ...] | None, output_attentions: bo
 
 def run_layers(w: BertWeights, x: np.ndarray, mask_add: np.ndarray, B: int, T: int, keep: tuple[int, ...], last: int,
                output_attentions: bool, ws: Workspace, bias: np.ndarray | None = None,
-               at: np.ndarray | None = None) -> ForwardOutput:
+               at: np.ndarray | None = None, ids: np.ndarray | None = None) -> ForwardOutput:
     """The encoder layers 1..``last`` on the embeddings ``x`` (N, H) (a workspace buffer); the hidden states in
     ``keep`` as bert_forward returns them. ``bias`` (nh, T, T): an additive attention bias for every layer (MPNet).
+    ``ids`` (B, T): the token ids (int8's levels: quant.all_two_levels).
 
     ``at`` (B,) token positions: the caller reads the last layer's state at these tokens only, so that layer runs
     there alone (layer_at; not with attentions asked for, nor for layer 0): hidden[last] is then (B, 1, H) and the
@@ -900,7 +902,7 @@ def run_layers(w: BertWeights, x: np.ndarray, mask_add: np.ndarray, B: int, T: i
         out.hidden[0] = (x if last == 0 else x.copy()).reshape(B, T, -1)  # (B, T, H)
     if last == 0:
         return out
-    bt = Batch.of(w.config, mask_add, ws, bias, output_attentions)
+    bt = Batch.of(w.config, mask_add, ws, bias, output_attentions, ids)
     P, layers = layer_steps(w), w.layers
     r = P.begin(w, x, bt)
     at = None if (at is None or output_attentions) else np.asarray(at, dtype=np.int64)

@@ -149,19 +149,17 @@ def token_budget_batches(lengths: np.ndarray, budget: int, max_rows: int = MAX_B
     return batches
 
 
-def split_short_batches(batches: list[np.ndarray], lengths: np.ndarray) -> list[np.ndarray]:
-    """int8: each batch cut into its short sequences (quant.SHORT_TOKENS tokens or fewer) and the others. A batch of
-    short sequences multiplies by the ~15-bit weights (quant.all_short), a mixed one by the int8 weights: apart, a
-    short sequence always takes the first way, so its features do not depend on its batch. Batches are length-sorted,
-    so this cuts at most one batch per boundary. A batch of short sequences is cut in halves too: its products are
-    summed in a float32 copy of each linear layer's sums, and half the rows keep that buffer within bf16's workspace."""
-    from ..ops.quant import SHORT_TOKENS
-
+def split_short_batches(batches: list[np.ndarray], short: np.ndarray) -> list[np.ndarray]:
+    """int8: each batch cut into its ``short`` sequences (quant.two_levels: few tokens, or few distinct ones) and the
+    others. A batch of short sequences multiplies by the ~15-bit weights (quant.all_two_levels), a mixed one by the
+    int8 weights: apart, a short sequence always takes the first way, so its features do not depend on its batch. A
+    batch of short sequences is cut in halves too: its products are summed in a float32 copy of each linear layer's
+    sums, and half the rows keep that buffer within bf16's workspace."""
     out = []
     for b in batches:
-        short = lengths[b] <= SHORT_TOKENS
-        b_short, half = b[short], (int(short.sum()) + 1) // 2
-        out += [p for p in (b_short[:half], b_short[half:], b[~short]) if len(p)]
+        two = short[b]
+        b_short, half = b[two], (int(two.sum()) + 1) // 2
+        out += [p for p in (b_short[:half], b_short[half:], b[~two]) if len(p)]
     return out
 
 
@@ -701,7 +699,9 @@ class Encoder:
         check_size(max_rows, "batch_size", 1, None, " (rows per batch at most)")
         batches = token_budget_batches(lengths, self.max_batch_tokens, int(max_rows or MAX_BATCH_ROWS))
         if self.precision == "int8":  # short sequences never share a batch with long ones (split_short_batches)
-            batches = split_short_batches(batches, lengths)
+            from ..ops.quant import two_levels
+
+            batches = split_short_batches(batches, np.fromiter(map(two_levels, prep.ids), bool, len(prep.ids)))
 
         def one(batch: np.ndarray) -> list[np.ndarray]:
             input_ids, types, mask = pad_batch([prep.ids[i] for i in batch], [prep.type_ids[i] for i in batch],

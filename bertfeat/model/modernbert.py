@@ -324,7 +324,7 @@ def modernbert_forward(w: ModernBertWeights, input_ids: np.ndarray, token_type_i
     keep, last = layers_to_run(c, T, keep, output_attentions)
     ws = ws or Workspace()
     real = np.asarray(attention_mask).astype(bool)  # (B, T)
-    bt = Batch.of(c, additive_mask(attention_mask), ws, want_probs=output_attentions)
+    bt = Batch.of(c, additive_mask(attention_mask), ws, want_probs=output_attentions, ids=input_ids)
     layer_steps(w).mark(bt)  # int8: the batch's float token rows
     x = modernbert_embed(w, input_ids)  # (N, H) residual stream
     out = ForwardOutput(hidden={})

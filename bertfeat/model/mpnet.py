@@ -191,4 +191,5 @@ def mpnet_forward(w: MPNetWeights, input_ids: np.ndarray, token_type_ids: np.nda
     ws = ws or Workspace()
     x = mpnet_embed(w, input_ids, out=ws.take("emb", (B * T, c.hidden_size)))  # (N, H)
     bias = position_bias(w, T) if last > 0 else None
-    return run_layers(w, x, additive_mask(attention_mask), B, T, keep, last, output_attentions, ws, bias=bias, at=at)
+    return run_layers(w, x, additive_mask(attention_mask), B, T, keep, last, output_attentions, ws, bias=bias, at=at,
+                      ids=input_ids)

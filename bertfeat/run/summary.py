@@ -304,7 +304,7 @@ def gemm_record(encoder) -> dict:
     if encoder.precision == "int8":
         from ..ops.quant import SHORT_TOKENS, TOP, float_rows, smoothed_kinds
 
-        d["two_level_sequences"] = f"<= {SHORT_TOKENS} tokens"  # the weights' two levels (the key is scheme 5's)
+        d["two_level_sequences"] = f"<= {SHORT_TOKENS} tokens, or <= {SHORT_TOKENS} distinct ones"  # (scheme 5's key)
         d["top_channels_per_row"] = TOP
         d["float_weight_rows"] = float_rows(encoder.weights)
         d["smoothed_inputs"] = smoothed_kinds(encoder.weights)

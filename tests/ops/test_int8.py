@@ -597,9 +597,25 @@ def test_short_sequences_are_batched_apart_and_in_halves():
     S = quant.SHORT_TOKENS
     lengths = np.array([3, 4, 5, 5, 6, S, S + 1, 20, 30, 2, 9 + S])
     batches = [np.array([9, 0, 1, 2, 3, 4, 5, 6, 7]), np.array([8, 10])]
-    got = split_short_batches(batches, lengths)
+    got = split_short_batches(batches, lengths <= S)
     assert [list(b) for b in got] == [[9, 0, 1, 2], [3, 4, 5], [6, 7], [8, 10]]
     assert sorted(np.concatenate(got)) == list(range(11))
+
+
+def test_a_sequence_of_few_distinct_tokens_takes_the_short_sequences_weights():
+    """quant.two_levels / all_two_levels: a sequence of more than SHORT_TOKENS tokens but at most SHORT_TOKENS
+    distinct ones (a run of one symbol) is batched and multiplied as a short one; a batch of them takes two levels, a
+    batch with one sequence of many distinct tokens does not (the Encoder never makes such a batch)."""
+    S = quant.SHORT_TOKENS
+    assert quant.two_levels([101, *[1035] * 200, 102]) and quant.two_levels(list(range(S)))
+    assert not quant.two_levels(list(range(S + 1))) and not quant.two_levels([101, *range(2000, 2000 + S), 102])
+    real = np.ones((2, 40), bool)
+    real[1, 30:] = False
+    ids = np.full((2, 40), 1035)
+    ids[:, 0], ids[0, -1], ids[1, 29], ids[1, 30:] = 101, 102, 102, np.arange(10)  # the padding's ids are not counted
+    assert quant.all_two_levels(real, ids) and not quant.all_two_levels(real, None)
+    ids[0, 1:1 + S] = np.arange(3000, 3000 + S)
+    assert not quant.all_two_levels(real, ids)
 
 
 # --------------------------------------------------------------------------- quality on real sentences
@@ -628,6 +644,22 @@ def test_minilm_int8_quality(minilm_dir, real_sentences):
         c = row_cosines(e32.encode(real_sentences, pooling=pooling), e8.encode(real_sentences, pooling=pooling))
         _report(f"  pooling {pooling}", c)
         _check(c)
+
+
+@needs_int8
+def test_minilm_int8_keeps_texts_of_one_repeated_symbol(minilm_dir, real_sentences):
+    """Texts of one or two repeated symbols: their many rows round alike, so the mean averages none of it away
+    (scheme "6": "_" x 254 at min cosine 0.99757, "/" x 254 0.99816, "!" x 40 0.99861). Scheme "7" multiplies a
+    sequence of few distinct tokens by the ~15-bit weights, as a short one (quant.two_levels); the same vectors
+    whatever the batch, real sentences beside them."""
+    texts = ["_" * 254, "/" * 254, "." * 120, "!" * 40, "- " * 150, "* " * 80, "-=" * 60, "~" * 200]
+    e32, e8 = Encoder(minilm_dir), Encoder(minilm_dir, precision="int8")
+    cos = row_cosines(e32.encode(texts), e8.encode(texts))
+    _report("MiniLM int8 vs fp32, repeated symbols", cos)
+    assert cos.min() >= EQUAL_COSINE
+    mixed = e8.encode(real_sentences[:20] + texts)[20:]
+    np.testing.assert_array_equal(mixed, e8.encode(texts))
+    np.testing.assert_array_equal(mixed[:1], e8.encode(texts[:1]))
 
 
 @needs_int8
@@ -677,7 +709,7 @@ def test_extract_int8_is_what_provenance_says(tmp_path, capsys, minilm_dir, real
     g = meta["gemm"]
     assert g["linear_layers"] == "int8" and gemm.native_int8_kernel(g["kernel"]) and g["int8"] in ("amx", "avx512_vnni", "avx_vnni")
     assert g["layers"]["qkv"] == g["layers"]["ffn_down"] == "int8" and g["layers"]["short_sequences"] == "int8 x two-level (~15-bit) weights"
-    assert g["two_level_sequences"] == f"<= {quant.SHORT_TOKENS} tokens" and g["top_channels_per_row"] == quant.TOP
+    assert g["two_level_sequences"] == f"<= {quant.SHORT_TOKENS} tokens, or <= {quant.SHORT_TOKENS} distinct ones" and g["top_channels_per_row"] == quant.TOP
     assert g["smoothed_inputs"] == ["ffn_up", "qkv"]
     assert g["layers"]["outlier_weight_rows"] == "fp32" and g["scheme"] == quant.SCHEME
     # the word embeddings are held in bf16 and the FFN's GELU is a polynomial: provenance said "embeddings ... fp32"
