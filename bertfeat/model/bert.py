@@ -773,7 +773,7 @@ _NO_Q = (np.zeros(0, np.float32), np.zeros(0, np.int64), np.zeros((0, 0), np.uin
 
 
 class Int8Steps(Fp32Steps):
-    """int8 (scheme 6, quant.py): every product a uint8 x int8 GEMM whose input the kernel that wrote it quantized
+    """int8 (scheme 7, quant.py): every product a uint8 x int8 GEMM whose input the kernel that wrote it quantized
     (Rows.low is a QRows), dequantized by the kernel that consumes it (bias + residual + LayerNorm, or bias + GELU,
     which quantizes its own output in the same pass); a batch of short sequences with the ~15-bit weights."""
 

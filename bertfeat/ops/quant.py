@@ -24,8 +24,8 @@ are multiplied by their weight rows at ~15 bits (Wq + Wr / RESID, read from the 
 consuming kernel decodes each distinct channel of a block once and adds TOP axpys per row. A row's choice depends on
 the row alone.
 
-Short sequences (at most SHORT_TOKENS tokens, special tokens included): a mean over a few tokens averages little of
-the rounding away. The Encoder batches them apart (encoder.split_short_batches) and such a batch multiplies by the
+Short sequences (at most SHORT_TOKENS tokens, special tokens included, or at most SHORT_TOKENS distinct ones:
+``two_levels``): a mean over a few tokens averages little of the rounding away, nor one over many copies of a few. The Encoder batches them apart (encoder.split_short_batches) and such a batch multiplies by the
 weights at ~15 bits, their two int8 levels (``levels`` = 2): xq Wq + xq Wr / RESID, two int8 GEMM rows per row summed
 in float32 (hp_accumulate). A row is short or not by its own sequence, never by its batch, so features are the same
 bit for bit in any batch. Over the 1,248 sentences of <= 8 tokens among the 17,511 of examples/precision_check.py,

@@ -425,8 +425,9 @@ def cast_values(column: str, values, typ: pa.DataType) -> tuple[list, dict[int, 
             out.append(text)
             at = _not_utf8_at(one, typ)
             bad[k] = (Reason(RejectCode.BINARY_COLUMN, f"kept column {column!r}: invalid UTF-8 at byte {at} of "
-                                                       f"{quoted(text)} (a binary Parquet column; the type given in "
-                                                       f"{opt('keep')}: str)") if at >= 0 else
+                                                       f"{quoted(text)} (a binary Parquet column, given :str in "
+                                                       f"{opt('keep')}; kept without :str, it keeps the bytes it "
+                                                       "holds)") if at >= 0 else
                       Reason(RejectCode.BAD_KEPT_VALUE, f"kept column {column!r}: {quoted(text)} is not "
                                                         f"{_WORDS[str(typ)][0]} {_whose(str(typ), True)} ({one_line(e, 80)})"))
     out, past = _in_range(column, values, out)  # the batch's others as when all cast (1e400 is not a bad row either)

@@ -136,8 +136,7 @@ def fix_for(code: RejectCode | str, skip_does: str = SKIP_WRITES, no_keep: bool 
     skip = f"or pass {opt('on_bad_row', 'skip')} to {skip_does}"
     fixes = {
         RejectCode.BINARY_COLUMN: (f"write the column as UTF-8 strings (decode it with its real encoding first; "
-                                   f"{opt('encoding')} applies to CSV, TSV and JSONL only); a kept column is kept as the "
-                                   f"bytes it holds when {opt('keep')} gives it no :str, {skip}"),
+                                   f"{opt('encoding')} applies to CSV, TSV and JSONL only), {skip}"),
         RejectCode.ENCODING: f"pass {opt('encoding')} with the file's encoding (e.g. {opt('encoding', 'latin-1')}), {skip}",
         RejectCode.INVALID_UNICODE: ("fix the JSON escape (a \\ud800-\\udbff escape needs its \\udc00-\\udfff pair right "
                                      f"after it, as in \\ud83d\\ude00), {skip}"),

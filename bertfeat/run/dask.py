@@ -450,7 +450,7 @@ def run(plan, progress: NullProgress | None = None, client=None) -> ExtractSumma
         job.write(results, merged, final_meta)
         if repeats is not None:  # the outputs are complete: then the warning, as the local engine gives it
             repeats.report(job.summary, plan.reader.name, plan.reader.id_column)
-        job.respelled.report(job.summary, plan.reader.name)
+        job.respelled.report(job.summary, plan.reader)
     except BaseException as e:  # what the failure keeps and says: failures.py
         raise job.failed(e)
     finally:

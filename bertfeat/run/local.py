@@ -116,14 +116,17 @@ class PartStore:
         except (OSError, ValueError, KeyError, TypeError, pa.ArrowException):
             return False
 
-    def write_part(self, index: int, table: pa.Table, rejects: list[dict], n_read: int, reuse: dict | None = None):
-        meta = {b"bertfeat_part": json.dumps({"rejects": rejects, "n_read": n_read, "reuse": reuse or {}}, default=str).encode()}
+    def write_part(self, index: int, table: pa.Table, rejects: list[dict], n_read: int, reuse: dict | None = None,
+                   respelled: dict | None = None):
+        meta = {b"bertfeat_part": json.dumps({"rejects": rejects, "n_read": n_read, "reuse": reuse or {},
+                                              "numbers_respelled": respelled or {}}, default=str).encode()}
         with atomic_output(self.part_path(index)) as tmp:
             pq.write_table(table.replace_schema_metadata(meta), tmp, write_page_checksum=True,  # no dictionary for the
                            use_dictionary=[c for c in table.column_names if c != "embedding"])  # floats (parquet.py)
 
-    def read_part(self, index: int) -> tuple[pa.Table, list[dict], int, dict]:
-        """A finished chunk: its table, rejects, input rows and reuse counts (rows_encoded, rows_reused)."""
+    def read_part(self, index: int) -> tuple[pa.Table, list[dict], int, dict, dict]:
+        """A finished chunk: its table, rejects, input rows, reuse counts (rows_encoded, rows_reused) and its JSONL
+        numbers written in other digits (RespelledNumbers.tally)."""
         path = self.part_path(index)
         try:
             t = pq.read_table(path, page_checksum_verification=True)  # the CRCs write_part wrote
@@ -133,7 +136,8 @@ class PartStore:
                                 f"({one_line(e, 100)}); it is removed",
                                 f"rerun with {opt('resume', True)}: that chunk is encoded again") from None
         meta = json.loads(t.schema.metadata[b"bertfeat_part"])
-        return t.replace_schema_metadata(None), meta["rejects"], meta["n_read"], meta.get("reuse", {})
+        return (t.replace_schema_metadata(None), meta["rejects"], meta["n_read"], meta.get("reuse", {}),
+                meta.get("numbers_respelled", {}))
 
     def remove(self):
         remove_directory(self.dir)
@@ -220,7 +224,9 @@ class LocalRun:
                 for item in items:
                     if item[0] == "done":  # finished by the interrupted run: its part is read once, here
                         _, index, bytes_read, rows = item
-                        self.account(index, *store.read_part(index), rows=rows, resumed=True)
+                        *part, respelled = store.read_part(index)
+                        self.account(index, *part, rows=rows, resumed=True)
+                        self.respelled.merge(respelled)  # (its tally, as the chunk's run counted it)
                         progress.advance(len(rows), 0, bytes_read)
                         continue
                     pc: PreparedChunk = item[1]
@@ -229,10 +235,12 @@ class LocalRun:
                     check_output_values(plan, table, pc.chunk.rows)  # (a CSV output: no date past year 9999)
                     reuse = {"rows_encoded": reuser.encoded - before[0], "rows_reused": reuser.reused - before[1],
                              "tokens_encoded": reuser.tokens_encoded - before[2]}
+                    respelled = RespelledNumbers()
+                    respelled.add(pc.chunk, plan.reader)
                     with uninterrupted():  # a part on disk is a chunk counted: a stop between kept it uncounted (removed)
-                        store.write_part(pc.chunk.index, table, pc.chunk.rejects, pc.chunk.n_read, reuse)
+                        store.write_part(pc.chunk.index, table, pc.chunk.rejects, pc.chunk.n_read, reuse, respelled.tally)
                         self.account(pc.chunk.index, table, pc.chunk.rejects, pc.chunk.n_read, reuse, pc.chunk.rows)
-                    self.respelled.add(pc.chunk, plan.reader)
+                    self.respelled.merge(respelled.tally)
                     # the tokens of the rows written, reused ones too (as the Dask engine's): a cached chunk's rows/s
                     # beside "0 tokens/s" read as rows without tokens
                     tokens = int(table.column("n_tokens").to_numpy().sum())
@@ -291,15 +299,15 @@ class LocalRun:
         summary.outputs = finalize(plan, self.store, sorted(self.order), self.encoder, self.spec, self.fingerprint,
                                    summary, pca, self.all_rejects())
         self.complete = True  # the probe (reading the output again) only adds to the report
-        self.warn_repeated_ids()
         summary.probe = probe_into_report(plan, pca, self.fingerprint, summary.outputs["features"], self.progress)
+        self.warn_repeated_ids()  # last: a caller's filter may make a warning an error (the Dask engine's order)
 
     def warn_repeated_ids(self) -> None:
         """Ids written on more than one row, and JSONL kept numbers written in other digits: counted in the summary,
         and a warning each (the CLI's ``Warning:`` line)."""
         if self.repeats is not None:
             self.repeats.report(self.summary, self.plan.reader.name, self.plan.reader.id_column)
-        self.respelled.report(self.summary, self.plan.reader.name)
+        self.respelled.report(self.summary, self.plan.reader)
 
     def failure(self, kind: str, phase: str, e: BaseException | None = None) -> Failure:
         """What happened, for failures.py: standard input or not, the chunks in the part store, the outputs' state."""
@@ -359,7 +367,7 @@ def _write_outputs(plan, store: PartStore, order: list[int], encoder, spec, fing
                            wide=plan.options.wide, extra_columns=output_columns(plan.keep_types), dtype=plan.dtype)
     with writer:
         for i in order:
-            t, _, _, _ = store.read_part(i)
+            t = store.read_part(i)[0]
             X = feature_matrix(t)
             if pca is not None and len(X):
                 X = pca.transform_rows(X).astype(np.float32)

@@ -162,7 +162,7 @@ class RepeatedIds:
 
 class RespelledNumbers:
     """JSON numbers of a kept JSONL column whose type the file's first lines decided, written back in other digits
-    than the line's (``1E5`` as 100000, ``2.50`` as 2.5, ``-0`` as 0): the same numbers, not the same text, so the run
+    than the line's (``1E5`` as 100000, ``2.50`` as 2.5, ``1.0`` as 1): the same numbers, not the same text, so the run
     says so (the input's own text: ``--keep k:str``). Each engine adds its accepted rows' (``add``, a Dask partition's
     ``tally`` in its result), then ``report`` warns once per column after the outputs are complete."""
 
@@ -199,15 +199,20 @@ class RespelledNumbers:
             else:
                 have[0] += n
 
-    def report(self, summary: "ExtractSummary", source: str) -> None:
-        """Into ``summary.numbers_respelled``, and one ``BertfeatWarning`` per column (the CLI's ``Warning:`` line)."""
+    def report(self, summary: "ExtractSummary", reader) -> None:
+        """Into ``summary.numbers_respelled``, and one ``BertfeatWarning`` per column (the CLI's ``Warning:`` line), whose
+        fix is the run's whole ``keep`` with that column given ``str``."""
+        import shlex
+
         from ..errors import opt, warn
+        from .options import keep_text
 
         summary.numbers_respelled = {c: v[0] for c, v in sorted(self.tally.items())}
         for c, (n, row, text, shown) in sorted(self.tally.items()):
-            warn(f"{source}: kept column {c!r} holds {n:,} JSON number{'s' * (n != 1)} written in other digits than the "
-                 f"line's (the first, {text} on row {row}, as {shown}): the same number{'s' * (n != 1)}, not the same "
-                 f"text; give {opt('keep', c + ':str')} to keep the text")
+            spec = keep_text([(k, "str" if k == c else reader.keep_as.get(k)) for k in reader.keep])
+            warn(f"{reader.name}: kept column {c!r} holds {n:,} JSON number{'s' * (n != 1)} written in other digits "
+                 f"than the line's (the first, {text} on row {row}, as {shown}): the same number{'s' * (n != 1)}, not "
+                 f"the same text; give {opt('keep', spec, cli=shlex.quote(spec))} to keep the text")
 
 
 def _repeats(arrays: list, rows: list) -> tuple[int, tuple | None]:

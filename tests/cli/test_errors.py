@@ -277,8 +277,7 @@ def test_invalid_utf8_in_a_binary_parquet_column(tmp_path, capsys):
     rc, _, err = extract(capsys, src, tmp_path / "o.parquet")
     one_line(rc, err, f"Error: {src} row 1: invalid UTF-8 at byte 0 of the text (a binary Parquet column) - write the column "
                       "as UTF-8 strings (decode it with its real encoding first; --encoding applies to CSV, TSV and JSONL "
-                      "only); a kept column is kept as the bytes it holds when --keep gives it no :str, "
-                      "or pass --on-bad-row skip to write it to the rejects file and go on")
+                      "only), or pass --on-bad-row skip to write it to the rejects file and go on")
     assert not (tmp_path / "o.parquet").exists()
 
 
@@ -312,10 +311,9 @@ def test_a_binary_kept_column_given_str_says_to_drop_str(tmp_path, capsys):
     pq.write_table(pa.table({"text": ["a b", "c d"], "b": pa.array([b"ok", b"x\xffy"], pa.binary())}), src)
     rc, _, err = extract(capsys, src, tmp_path / "o.parquet", "--keep", "b:str")
     one_line(rc, err, f"Error: {src} row 1: kept column 'b': invalid UTF-8 at byte 1 of \"x\\\\xffy\" (a binary Parquet "
-                      "column; the type given in --keep: str) - write the column as UTF-8 strings (decode it with its "
-                      "real encoding first; --encoding applies to CSV, TSV and JSONL only); a kept column is kept as "
-                      "the bytes it holds when --keep gives it no :str, or pass --on-bad-row skip to write it to the "
-                      "rejects file and go on")
+                      "column, given :str in --keep; kept without :str, it keeps the bytes it holds) - write the column "
+                      "as UTF-8 strings (decode it with its real encoding first; --encoding applies to CSV, TSV and "
+                      "JSONL only), or pass --on-bad-row skip to write it to the rejects file and go on")
     assert extract(capsys, src, tmp_path / "o.parquet", "--keep", "b")[0] == 0
     assert pq.read_table(tmp_path / "o.parquet").column("b").to_pylist() == [b"ok", b"x\xffy"]
 

@@ -1063,3 +1063,24 @@ def test_a_float32_id_in_the_rejects_file_reads_the_same_after_resume(tmp_path, 
     rejects = (out.parent / "o.parquet.rejects.csv").read_text().splitlines()
     assert [line.split(",")[:2] for line in rejects[1:]] == [["0", "0.1"], ["10", "10.1"], ["20", "20.1"], ["30", "30.1"]]
     assert [line.rsplit(",", 1)[1] for line in rejects[1:]] == ["0.1", "10.1", "20.1", "30.1"]  # the kept float16
+
+
+def test_a_parquet_run_an_earlier_bertfeat_recorded_with_an_encoding_resumes(tmp_path, capsys, monkeypatch):
+    """Before --encoding was refused for Parquet (which it never changed) the manifest recorded the one given: such a
+    run could be resumed neither with it (now refused) nor without it (the manifests differed). The encoding of a
+    Parquet input is not compared; the manifest records utf-8 for it (found by review)."""
+    import pyarrow as pa
+
+    src = tmp_path / "c.parquet"
+    pq.write_table(pa.table({"id": [f"r{i}" for i in range(12)], "text": [f"{WORDS[i % 25]} and {WORDS[(7 * i) % 25]}"
+                                                                          for i in range(12)]}), src)
+    out = tmp_path / "o.parquet"
+    args = ["--model", tiny_model(), "--chunk-rows", 3, "--id-column", "id"]
+    interrupted_run(capsys, monkeypatch, src, out, *args)
+    manifest = out.with_name(out.name + ".partial") / "manifest.json"
+    earlier = json.loads(manifest.read_text())
+    assert earlier["encoding"] == "utf-8"
+    manifest.write_text(json.dumps({**earlier, "encoding": "iso8859-1"}))  # as a run given --encoding latin-1 wrote it
+    rc, _, err = run(capsys, "extract", src, "-o", out, *args, "--resume", "-q")
+    assert (rc, err) == (0, "")
+    assert read_table(out).num_rows == 12
