@@ -394,8 +394,10 @@ def check_summary_json(dest: str, input: str, overwrite: bool, *, output=None, f
             earlier = json.loads(path.read_text(encoding="utf-8")).get("kind") == SUMMARY_KIND
         except (OSError, ValueError, AttributeError):
             earlier = False
-    check_outputs([("summary JSON", path)], [Path(input)] if input != "-" else [], overwrite or earlier,
-                  options={"summary JSON": "summary_json"})
+    from ..readers.paths import local_containers
+
+    inputs = ([Path(input)] if input != "-" else []) + [Path(p) for p in local_containers(input)]  # (a zip:// archive)
+    check_outputs([("summary JSON", path)], inputs, overwrite or earlier, options={"summary JSON": "summary_json"})
 
 
 def _check_not_the_runs_own(path, input: str, output, format, model, cache, pca_model=None) -> None:

@@ -43,7 +43,7 @@ import pyarrow as pa
 from ..errors import InputError, one_line, opt
 from ..checks import DEFAULT_MAX_FIELD_BYTES
 from .kept import TYPE_NAMES, TYPES
-from .paths import is_pattern, is_url, resolve_files
+from .paths import is_pattern, is_url, local_containers, resolve_files
 
 TEXT_COLUMN_NAMES = ("text", "sentence", "content", "review")
 HEAD_BYTES = 1 << 20  # bytes read up front to find the columns
@@ -328,6 +328,9 @@ class Reader:
         file's ``ctime_ns``, ``inode`` and ``device``, each URL file's ``stamps`` (every field of URL_STAMPS its store
         gives). ``removed_ok``: a file gone since is listed as ``{"path": ..., "removed": True}`` instead of raising."""
         found = {"path": self.path, "format": self.fmt, "files": [self._file_identity(f, removed_ok) for f in self.files]}
+        held = local_containers(self.path)  # a zip:// URL's archive: its members' sizes alone miss a same-size edit
+        if held:
+            found["containers"] = [_local_identity(p, removed_ok) for p in held]
         return found if within_run else resume_identity(found)
 
     def _file_identity(self, f: str, removed_ok: bool) -> dict:
@@ -343,8 +346,7 @@ class Reader:
             stamp = next((info.get(k) for k in URL_STAMPS[:5] if info.get(k)), None)
             return {"path": path, "size": info.get("size"), "stamp": str(stamp),
                     "stamps": {k: str(info[k]) for k in URL_STAMPS if info.get(k) is not None}}
-        return {"path": path, "size": info.st_size, "mtime_ns": info.st_mtime_ns, "ctime_ns": info.st_ctime_ns,
-                "inode": info.st_ino, "device": info.st_dev}
+        return _stat_identity(path, info)
 
     def listing(self) -> list[str]:
         """The files the input's path names now, as identity() names them: a glob or a folder may have gained one
@@ -374,8 +376,29 @@ WITHIN_RUN_KEYS = ("ctime_ns", "inode", "device", "stamps")
 
 def resume_identity(identity: dict) -> dict:
     """An input's within-run identity (Reader.identity(within_run=True)) as --resume and the provenance keep it: each
-    file's path, size and modification time or stamp (one stat gives both, so they describe the same files)."""
-    return {**identity, "files": [{k: v for k, v in f.items() if k not in WITHIN_RUN_KEYS} for f in identity["files"]]}
+    file's path, size and modification time or stamp (one stat gives both, so they describe the same files); the
+    archives a chained URL reads from (``containers``) likewise."""
+    def kept(files):
+        return [{k: v for k, v in f.items() if k not in WITHIN_RUN_KEYS} for f in files]
+
+    out = {**identity, "files": kept(identity["files"])}
+    if "containers" in identity:
+        out["containers"] = kept(identity["containers"])
+    return out
+
+
+def _stat_identity(path: str, info: os.stat_result) -> dict:
+    return {"path": path, "size": info.st_size, "mtime_ns": info.st_mtime_ns, "ctime_ns": info.st_ctime_ns,
+            "inode": info.st_ino, "device": info.st_dev}
+
+
+def _local_identity(path: str, removed_ok: bool) -> dict:
+    try:
+        return _stat_identity(path, os.stat(path))
+    except FileNotFoundError:
+        if not removed_ok:
+            raise
+        return {"path": path, "removed": True}
 
 
 #: a message lists this many column names at most, each cut to NAME_CHARS characters: one line however wide the file

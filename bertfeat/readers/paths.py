@@ -33,6 +33,19 @@ def is_url(path: str) -> bool:
     return "://" in path
 
 
+def local_containers(path: str) -> list[str]:
+    """The local files a chained fsspec URL reads its file from (``zip://in.csv::data.zip``: data.zip; ``file://`` ones
+    too), absolute: inputs as much as the file inside them (an output may not replace one; --resume compares them)."""
+    if not is_url(path) or "::" not in path:
+        return []
+    out = []
+    for part in path.split("::")[1:]:
+        local = part[len("file://"):] if part.startswith("file://") else None if is_url(part) else part
+        if local:
+            out.append(os.path.abspath(os.path.expanduser(local)))
+    return out
+
+
 def _path_key(p: str) -> list[str]:
     """Files sort by their path's parts (as pathlib orders them), the same on every engine."""
     return p.split("/")

@@ -231,8 +231,8 @@ def manifest_differences(old: dict, new: dict) -> list[str]:
 def _input_differences(a: dict, b: dict) -> list[str]:
     if (a.get("path") != b.get("path") and not _respelled(a, b)) or a.get("format") != b.get("format"):
         return [f"input: {a.get('path')!r} -> {b.get('path')!r}"]
-    fa = {f["path"]: f for f in a.get("files", [])}
-    fb = {f["path"]: f for f in b.get("files", [])}
+    fa = {f["path"]: f for f in a.get("files", []) + a.get("containers", [])}
+    fb = {f["path"]: f for f in b.get("files", []) + b.get("containers", [])}
     out = []
     for path in sorted(set(fa) | set(fb)):
         x, y = fa.get(path), fb.get(path)
@@ -277,8 +277,8 @@ def identity_changes(before: dict, after: dict, listed=()) -> list[str]:
     replaced (another inode or device) or changed with its size and mtime kept (its ctime), removed, or among
     ``listed`` (the files its path names now) and not before: added; each named by its path when the input has
     several files."""
-    fa = {f["path"]: f for f in before.get("files", [])}
-    fb = {f["path"]: f for f in after.get("files", [])}
+    fa = {f["path"]: f for f in before.get("files", []) + before.get("containers", [])}
+    fb = {f["path"]: f for f in after.get("files", []) + after.get("containers", [])}
     added = [p for p in listed if p not in fa]
     several = len(fa) + len(added) > 1
     out = []

@@ -633,7 +633,10 @@ def check_layout(layout: OutputLayout, reader, input: str, overwrite: bool, resu
     from .outputs import check_name_lengths, check_not_directory, check_not_input, check_overwrite, partial_run_error
 
     out = layout.features
-    inputs = ([] if input == "-" else list(reader.files)) + ([pca_model] if pca_model is not None else [])
+    from ..readers.paths import local_containers
+
+    inputs = (([] if input == "-" else list(reader.files)) + local_containers(input)  # (a zip:// URL's archive)
+              + ([pca_model] if pca_model is not None else []))
     if layout.engine == "local":
         if out.is_dir():
             from ..checks import directory_output_error

@@ -1084,3 +1084,32 @@ def test_a_parquet_run_an_earlier_bertfeat_recorded_with_an_encoding_resumes(tmp
     rc, _, err = run(capsys, "extract", src, "-o", out, *args, "--resume", "-q")
     assert (rc, err) == (0, "")
     assert read_table(out).num_rows == 12
+
+
+def test_a_zip_members_same_size_edit_refuses_the_resume_and_the_archive_is_never_an_output(tmp_path, capsys,
+                                                                                            monkeypatch):
+    """A chained URL's archive (zip://in.csv::data.zip) is an input as much as its member (found by audit): a member
+    edited to the same size (the only thing its identity held) resumed with the old text's vectors, and -o data.zip
+    --overwrite (or --summary-json data.zip) replaced the archive with the features."""
+    import zipfile
+
+    def archive(text_5: str):
+        src = corpus(tmp_path / "c.csv", 12)
+        rows = src.read_text().splitlines()
+        rows[6] = rows[6].replace(rows[6].split(",", 1)[1], text_5)  # (data row 5)
+        with zipfile.ZipFile(tmp_path / "data.zip", "w") as z:
+            z.writestr("in.csv", "\n".join(rows) + "\n")
+
+    first = corpus(tmp_path / "c.csv", 12).read_text().splitlines()[6].split(",", 1)[1]
+    archive(first)
+    url, out = f"zip://in.csv::{tmp_path / 'data.zip'}", tmp_path / "o.parquet"
+    args = ["--model", tiny_model(), "--chunk-rows", 3]
+    interrupted_run(capsys, monkeypatch, url, out, *args)
+    time.sleep(0.01)
+    archive("X" + first[1:])  # the same size
+    rc, _, err = run(capsys, "extract", url, "-o", out, *args, "--resume")
+    assert rc == 1 and f"input file changed: {tmp_path / 'data.zip'} (modified since the interrupted run)" in err, err
+    for extra in (["-o", tmp_path / "data.zip"], ["-o", tmp_path / "p.parquet", "--summary-json", tmp_path / "data.zip"]):
+        rc, _, err = run(capsys, "extract", url, *extra, "--model", tiny_model(), "--overwrite", "-q")
+        assert rc == 1 and f"would replace the input {tmp_path / 'data.zip'}" in err, err
+    assert zipfile.ZipFile(tmp_path / "data.zip").namelist() == ["in.csv"]
