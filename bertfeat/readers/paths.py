@@ -15,7 +15,7 @@ import stat
 from pathlib import Path
 
 from ..checks import UNEXPANDED_TILDE, is_parquet_name, link_to_nowhere, not_local
-from ..errors import InputError, special_file_kind
+from ..errors import InputError, one_line, special_file_kind
 
 _COMPRESSION = {".gz": "gzip", ".bz2": "bz2", ".zst": "zstd"}
 _SPECIAL = ((stat.S_ISFIFO, "a named pipe (FIFO)"), (stat.S_ISCHR, "a character device"),
@@ -252,8 +252,16 @@ def _left_out(n: int, prefixes: str = ".") -> str:
 def _url_files(path: str) -> tuple:
     import fsspec
 
+    import zipfile
+
     try:
         fs, _, paths = fsspec.core.get_fs_token_paths(path)
+    except zipfile.BadZipFile as e:  # (it said "a .npz file is truncated", naming no file)
+        held = ", ".join(local_containers(path)) or path.split("::", 1)[-1]
+        raise InputError(f"{path}: {held} is not a zip archive, or a damaged one ({e})",
+                         "pass a complete zip archive (zip -T tests one), or the file itself") from None
+    except FileNotFoundError as e:
+        raise InputError(f"{path}: no such file ({one_line(e)})", "check the URL and the archive's path") from None
     except (ImportError, ValueError) as e:
         raise InputError(f"{path}: cannot open this URL ({e})",
                          "install the fsspec filesystem for it (e.g. s3fs, gcsfs)") from None
@@ -263,8 +271,22 @@ def _url_files(path: str) -> tuple:
                  and is_listed(tuple(p[len(root):].strip("/").split("/")), (".", "_"))]
     paths = sorted((p for p in paths if fs.isfile(p)), key=_path_key)
     if not paths:
-        raise InputError(f"{path}: no such file (or the pattern matches none)", "check the URL")
+        members = _archive_members(fs, path)
+        raise InputError(f"{path}: no such file (or the pattern matches none)",
+                         f"check the URL{members}")
     return fs, paths
+
+
+def _archive_members(fs, path: str) -> str:
+    """For a message about an archive URL that names no file in it: '; the archive holds: a.csv, b.csv' (at most 10)."""
+    if fs.protocol not in ("zip", ("zip",), "tar", ("tar",)) and "zip" not in str(fs.protocol):
+        return ""
+    try:
+        names = sorted(f for f in fs.find("") if fs.isfile(f))
+    except Exception:  # noqa: BLE001  (only a hint)
+        return ""
+    shown = ", ".join(names[:10]) + (f" and {len(names) - 10} more" if len(names) > 10 else "")
+    return f"; the archive holds {shown}" if names else "; the archive holds no file"
 
 
 def resolve_files(path: str, fmt: str, known=(), glob: bool | None = None):

@@ -1137,3 +1137,27 @@ def test_a_file_name_too_long_names_no_other_option(tmp_path, capsys):
         rc, _, err = run(capsys, *command)
         assert (rc, err) == (1, f"Error: {path}: file name too long - {fix}\n"), command
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.csv"]
+
+
+def test_a_zip_url_whose_archive_is_damaged_missing_or_lacks_the_member(tmp_path, capsys):
+    """zip://in.csv::data.zip: an archive that is no zip said "a .npz file is truncated or not a .npz archive", naming
+    no file; a missing archive and a missing member are said with the archive's path and members (found by audit)."""
+    import zipfile
+
+    (tmp_path / "t.csv").write_text("text\nhello there\n")
+    bad = tmp_path / "notzip.zip"
+    bad.write_text("text\nhello there\n")
+    rc, _, err = extract(capsys, f"zip://in.csv::{bad}", tmp_path / "o.parquet")
+    one_line(rc, err, f"Error: zip://in.csv::{bad}: {bad} is not a zip archive, or a damaged one (File is not a zip "
+                      "file) - pass a complete zip archive (zip -T tests one), or the file itself")
+    gone = tmp_path / "gone.zip"
+    rc, _, err = extract(capsys, f"zip://in.csv::{gone}", tmp_path / "o.parquet")
+    one_line(rc, err, f"Error: zip://in.csv::{gone}: no such file ([Errno 2] No such file or directory: '{gone}') - "
+                      "check the URL and the archive's path")
+    with zipfile.ZipFile(tmp_path / "data.zip", "w") as z:
+        z.write(tmp_path / "t.csv", "in.csv")
+        z.write(tmp_path / "t.csv", "d/more.csv")
+    rc, _, err = extract(capsys, f"zip://nope.csv::{tmp_path / 'data.zip'}", tmp_path / "o.parquet")
+    one_line(rc, err, f"Error: zip://nope.csv::{tmp_path / 'data.zip'}: no such file (or the pattern matches none) - "
+                      "check the URL; the archive holds d/more.csv, in.csv")
+    assert not (tmp_path / "o.parquet").exists()
