@@ -463,12 +463,21 @@ def near_miss(name: str, cols: list[str], keep: tuple[str, ...] = (),
     from .kept import TYPE_NAMES
 
     as_header = "write it as the input names it, {}"
+    import unicodedata
+
+    def nfc(t: str) -> str:
+        return unicodedata.normalize("NFC", t)
+
     for same, why in ((lambda c: c.strip() == name.strip(), "the spaces around a name are part of it"),
-                      (lambda c: c.lower() == name.lower(), "names are case-sensitive")):
+                      (lambda c: c.lower() == name.lower(), "names are case-sensitive"),
+                      (lambda c: nfc(c) == nfc(name), "its accented letters are other code points than the ones "
+                       "given (Unicode NFC / NFD: the input's is {ascii}), and names are compared code point by code "
+                       "point")):
         found = [c for c in cols if same(c)]
         if len(found) == 1:
             c = found[0]
             comma = len(keep) > 1 and c.strip() == c and name.strip() != name
+            why = why.replace("{ascii}", ascii(c))
             return (f" ({c!r} is: {why})", as_header.format(opt(param, c, cli=shlex.quote(c))) + (
                 f" (no space after a comma: {_keep_written(keep, keep_as or {}, cols)})" if comma else ""))
     if param != "keep":

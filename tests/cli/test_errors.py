@@ -1161,3 +1161,17 @@ def test_a_zip_url_whose_archive_is_damaged_missing_or_lacks_the_member(tmp_path
     one_line(rc, err, f"Error: zip://nope.csv::{tmp_path / 'data.zip'}: no such file (or the pattern matches none) - "
                       "check the URL; the archive holds d/more.csv, in.csv")
     assert not (tmp_path / "o.parquet").exists()
+
+
+def test_a_column_named_in_another_unicode_normalization_is_said_so(tmp_path, capsys):
+    """--keep café (composed, NFC) for a header's cafe + U+0301 (NFD: macOS file names, some exports): the two print
+    alike, and the error listed the columns without a word (found by audit); it now says what differs, with the
+    input's code points, and the spelling that works."""
+    src = tmp_path / "nfd.csv"
+    src.write_bytes("text,cafe\u0301\nhello,1\n".encode())
+    rc, _, err = extract(capsys, src, tmp_path / "o.parquet", "--keep", "caf\u00e9")
+    one_line(rc, err, f"Error: {src}: --keep 'caf\u00e9' is not a column ('cafe\u0301' is: its accented letters are other "
+                      "code points than the ones given (Unicode NFC / NFD: the input's is 'cafe\\u0301'), and names are "
+                      "compared code point by code point) - write it as the input names it, --keep 'cafe\u0301'")
+    assert extract(capsys, src, tmp_path / "o.parquet", "--keep", "cafe\u0301")[0] == 0
+    assert read_table(tmp_path / "o.parquet").column("cafe\u0301").to_pylist() == [1]
