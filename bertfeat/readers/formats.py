@@ -30,8 +30,14 @@ def detect_format(path: str, input_format: str | None) -> str:
     if not is_url(path):
         refuse_special_file(path, fmt)
     if fmt is None:
+        import shlex
+
+        # a .txt is mostly one text per line, without a header: read as CSV its first text became the column's name
+        lines = (f"; a file of one text per line has no header line: give it one, e.g. (echo text; cat "
+                 f"{shlex.quote(path)}) | bertfeat extract - {opt('input_format', 'tsv')} ... (TSV: a comma or a quote "
+                 "in a text is part of it)")
         raise InputError(f"{path}: cannot tell the format from the extension",
-                         f"add {opt('input_format', 'csv|tsv|parquet|jsonl')}")
+                         f"add {opt('input_format', 'csv|tsv|parquet|jsonl')}" + (lines if not is_url(path) else ""))
     return fmt
 
 

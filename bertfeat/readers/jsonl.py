@@ -205,11 +205,15 @@ class JsonlReader(TextReader):
                              f"pass {opt('encoding', order[0])}")
         if not self._json_types and unread is not None:  # CSV or plain text under a .jsonl name: say so, not "columns: none"
             n, e = unread
-            why = f"{e.msg} at column {e.colno}" if isinstance(e, json.JSONDecodeError) else str(e)
+            why = (f"{e.msg} at column {e.colno}" if isinstance(e, json.JSONDecodeError) else
+                   "nested too deeply for Python's parser" if isinstance(e, RecursionError) else str(e))
             seen = sum(1 for line in lines[:1000] if line.strip())
+            looks = next((line.strip() for line in lines[:1000] if line.strip()), b"").startswith(b"{")
             raise InputError(f"{self.name} line {n}: not JSON ({why}); none of its first {seen} line(s) is a JSON object",
-                             'bertfeat reads JSONL with one JSON object per line ({"text": ...}); if the '
-                             f"file is CSV or TSV, pass {opt('input_format', 'csv')} (or tsv)")
+                             'bertfeat reads JSONL with one JSON object per line ({"text": ...}); '
+                             + ("write each line with a JSON writer (json.dumps: no comma after an object, no "
+                                "nesting deeper than Python reads)" if looks else
+                                f"if the file is CSV or TSV, pass {opt('input_format', 'csv')} (or tsv)"))
         if not self._json_types and other is None and not any(line.strip() for line in lines):
             if not head and self.path == "-":
                 raise stdin_empty_error('one JSON object per line ({"text": ...})')

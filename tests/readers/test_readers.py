@@ -85,9 +85,13 @@ def test_a_csv_inside_a_zip_is_read_through_its_chained_url(tmp_path, monkeypatc
 
 
 def test_detect_format_errors():
-    with pytest.raises(InputError, match=r"^a\.txt: cannot tell the format from the extension - add input_format='csv\|tsv\|parquet\|jsonl'$") as e:
+    """A .txt is mostly one text per line without a header: the fix says how to read it so (--input-format csv alone
+    took its first text for the column's name, found by audit)."""
+    with pytest.raises(InputError, match=r"^a\.txt: cannot tell the format from the extension - add input_format='csv\|tsv\|parquet\|jsonl'; ") as e:
         detect_format("a.txt", None)
-    assert e.value.render({}) == "a.txt: cannot tell the format from the extension - add --input-format csv|tsv|parquet|jsonl"
+    assert e.value.render({}) == ("a.txt: cannot tell the format from the extension - add --input-format csv|tsv|parquet|jsonl; "
+                                  "a file of one text per line has no header line: give it one, e.g. (echo text; cat a.txt) "
+                                  "| bertfeat extract - --input-format tsv ... (TSV: a comma or a quote in a text is part of it)")
     with pytest.raises(InputError, match=r"^unknown input format 'xml' - choose one of csv, tsv, parquet, jsonl$"):
         detect_format("a.csv", "xml")
 

@@ -105,7 +105,9 @@ def test_unknown_extension(tmp_path, capsys):
     (tmp_path / "c.txt").write_text("text\na\n")
     rc, _, err = extract(capsys, tmp_path / "c.txt", tmp_path / "o.parquet")
     assert (rc, err) == (1, f"Error: {tmp_path / 'c.txt'}: cannot tell the format from the extension - "
-                            "add --input-format csv|tsv|parquet|jsonl\n")
+                            "add --input-format csv|tsv|parquet|jsonl; a file of one text per line has no header line: "
+                            f"give it one, e.g. (echo text; cat {tmp_path / 'c.txt'}) | bertfeat extract - --input-format "
+                            "tsv ... (TSV: a comma or a quote in a text is part of it)\n")
 
 
 def test_unknown_column_lists_the_columns(tmp_path, capsys):

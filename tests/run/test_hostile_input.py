@@ -126,6 +126,13 @@ def test_jsonl_of_non_objects_is_refused_at_open(tmp_path, capsys, data, line, k
      "--input-format csv (or tsv)"),
     (b"\n\ntext\thi\n", " line 3: not JSON (Expecting value at column 1); none of its first 1 line(s) is a JSON object"),
     (b"\n \n\n", ': the file is empty (blank lines only) - give one JSON object per line ({"text": ...})'),
+    # lines that are JSON objects gone wrong are not told to be CSV (found by audit)
+    (b'{"text": "a"},\n{"text": "b"},\n', ' line 1: not JSON (Extra data at column 14); none of its first 2 line(s) is '
+     'a JSON object - bertfeat reads JSONL with one JSON object per line ({"text": ...}); write each line with a JSON '
+     "writer (json.dumps: no comma after an object, no nesting deeper than Python reads)\n"),
+    (b'{"text": ' + b"[" * 5000 + b"]" * 5000 + b"}\n", " line 1: not JSON (nested too deeply for Python's parser); none "
+     "of its first 1 line(s) is a JSON object - bertfeat reads JSONL with one JSON object per line ({\"text\": ...}); "
+     "write each line with a JSON writer"),
 ])
 def test_jsonl_without_any_json_says_so(tmp_path, capsys, data, message):
     """CSV (or blank lines) under a .jsonl name: the first line that is not JSON and what to pass, not "cannot tell
