@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from ..checks import PARQUET_SUFFIXES
@@ -10,7 +11,7 @@ from .base import DEFAULT_MAX_FIELD_BYTES, Reader, normalize_encoding
 from .delimited import CsvReader
 from .jsonl import JsonlReader
 from .parquet import ParquetReader
-from .paths import compression_of, is_url, refuse_special_file
+from .paths import compression_of, is_pattern, is_url, refuse_special_file, resolve_files
 
 FORMATS = ("csv", "tsv", "parquet", "jsonl")
 _EXT = {".csv": "csv", ".tsv": "tsv", ".tab": "tsv", **dict.fromkeys(PARQUET_SUFFIXES, "parquet"),
@@ -29,6 +30,8 @@ def detect_format(path: str, input_format: str | None) -> str:
     fmt = input_format or _format_of(path)
     if not is_url(path):
         refuse_special_file(path, fmt)
+    if fmt is None and not is_url(path) and not is_pattern(path) and not os.path.lexists(path):
+        resolve_files(path, "csv")  # no such file: said first (the format's fix cannot help a misspelled path)
     if fmt is None:
         import shlex
 

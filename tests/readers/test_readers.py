@@ -84,9 +84,11 @@ def test_a_csv_inside_a_zip_is_read_through_its_chained_url(tmp_path, monkeypatc
         (0, b"hello world", b"007"), (1, b"second row", b"008")]  # the CSV reader's texts and ids: bytes
 
 
-def test_detect_format_errors():
+def test_detect_format_errors(tmp_path, monkeypatch):
     """A .txt is mostly one text per line without a header: the fix says how to read it so (--input-format csv alone
-    took its first text for the column's name, found by audit)."""
+    took its first text for the column's name, found by audit). (A path that does not exist: "no such file" first.)"""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "a.txt").write_text("a text\n")
     with pytest.raises(InputError, match=r"^a\.txt: cannot tell the format from the extension - add input_format='csv\|tsv\|parquet\|jsonl'; ") as e:
         detect_format("a.txt", None)
     assert e.value.render({}) == ("a.txt: cannot tell the format from the extension - add --input-format csv|tsv|parquet|jsonl; "

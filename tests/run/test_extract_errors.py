@@ -110,6 +110,14 @@ def test_unknown_extension(tmp_path, capsys):
                             "tsv ... (TSV: a comma or a quote in a text is part of it)\n")
 
 
+def test_a_missing_input_of_no_known_extension_is_said_missing_first(tmp_path, capsys):
+    """nope.txt (or 'in.csv ' with a trailing space) that does not exist said "add --input-format" first, and only
+    after that was followed, "no such file" (found by audit)."""
+    for name in ("nope.txt", "in.csv "):
+        rc, _, err = extract(capsys, tmp_path / name, tmp_path / "o.parquet")
+        assert (rc, err) == (1, f"Error: {tmp_path / name}: no such file - check the path\n")
+
+
 def test_unknown_column_lists_the_columns(tmp_path, capsys):
     src = write_csv(tmp_path / "c.csv", ["id", "body", "label"], [["1", "a", "x"]])
     rc, _, err = extract(capsys, src, tmp_path / "o.parquet", "--text-column", "text")
