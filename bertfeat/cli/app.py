@@ -184,7 +184,16 @@ def extract(
         if not quiet:
             render_summary(summary)
     if summary_json is not None:
-        write_summary_json(summary, summary_json, "estimate" if estimate else "extract")
+        try:
+            write_summary_json(summary, summary_json, "estimate" if estimate else "extract")
+        except OSError as e:  # (a full or closed standard output, after the run wrote every output)
+            if summary_json != "-" or estimate:
+                raise
+            from ..errors import os_error
+
+            raise os_error(e, "<stdout>").refixed(
+                f", after {_STOPPED['finished']}", "only the summary JSON on standard output is lost: give "
+                "--summary-json a file name, or an output that has room, when you rerun (with --overwrite)") from None
     _STOPPED.pop("finished", None)
 
 

@@ -702,6 +702,23 @@ def test_commands_printing_to_a_full_device(args, mlm_dir):
     assert p.stderr.count("\n") == 1 and p.stderr.startswith("Error: ") and "no space left on the device" in p.stderr, p.stderr
 
 
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+def test_a_summary_json_on_a_full_stdout_says_the_run_had_finished(tmp_path):
+    """extract --summary-json - with stdout on a full device: the features are written before the summary is printed,
+    and the error said only "no space left", so the rerun's "already exists - pass --overwrite" looked like a run that
+    never finished (found by audit). It now says the outputs are complete and only the summary is lost."""
+    src = write_csv(tmp_path / "in.csv", ["text"], [["hello there"], ["good day"]])
+    out = tmp_path / "o.parquet"
+    with open("/dev/full", "w") as full:
+        p = _cli("extract", str(src), "-o", str(out), "--model", str(tiny_model()), "-q", "--summary-json", "-",
+                 stdout=full)
+    assert (p.returncode, p.stderr) == (1, f"Error: <stdout>: no space left on the device, after the run had finished, its "
+                                           f"outputs are complete ({out}) - only the summary JSON on standard output is "
+                                           "lost: give --summary-json a file name, or an output that has room, when you "
+                                           "rerun (with --overwrite)\n")
+    assert read_table(out).num_rows == 2
+
+
 # --------------------------------------------------------------------------- a stderr that cannot be written
 # Found by the CLI audit: progress, notes and "wrote ..." go to stderr, and a stderr that could not be written failed
 # the command: `extract 2>/dev/full` or `extract 2>&1 | head -1` stopped with "OUTPUT.partial: no space left on the
