@@ -281,7 +281,8 @@ class Reader:
         its case differ (a header written "id, text": its " text"), else the columns listed."""
         near = near_miss(col, self.columns, param=param)
         return InputError(f"{self.name}: {opt(param)} '{col}' is not a column{self._columns_of()}{near[0] if near else ''}",
-                          near[1] if near else f"columns are: {listing(self.columns)}{self._columns_fix()}")
+                          near[1] if near else f"columns are: {listing(self.columns)}{self._columns_fix()}"
+                                               f"{self._partition_hint(col)}")
 
     def _columns_of(self) -> str:
         """Where the columns were found, when not in the whole input (JSONL: its first lines), for a message."""
@@ -289,6 +290,15 @@ class Reader:
 
     def _columns_fix(self) -> str:
         return ""
+
+    def _partition_hint(self, col: str) -> str:
+        """For a column that is no column but a folder level of the input's files (``split=train/``: Hive partitions,
+        which the readers do not make columns of): what it is and what to do; else ''."""
+        level = f"{col}="
+        if not any(part.startswith(level) for f in self.files for part in str(f).replace("\\", "/").split("/")[:-1]):
+            return ""
+        return (f"; '{col}' is a folder level of the files' paths ({level}...: Hive partitions), which bertfeat does "
+                "not read as a column: write the column into the files, or read each partition's folder apart")
 
     def _select_keep(self, keep: tuple[str, ...], label: str | None, keep_as: dict[str, str]) -> None:
         """Check that every kept column exists (``label``: the one kept as the label, named so), then decide the types
@@ -300,7 +310,7 @@ class Reader:
                                  f"{self._columns_of()}{near[0] if near else ''}",
                                  near[1] if near else
                                  f"columns are: {listing(self.columns)}{'' if col == label else quoting_hint(self.columns)}"
-                                 f"{self._columns_fix()}")
+                                 f"{self._columns_fix()}{self._partition_hint(col)}")
         self.keep, self.keep_as = keep, keep_as
         decided = self._decide_keep_types()
         self._kept_types = {c: TYPES[TYPE_NAMES[keep_as[c]]] if c in keep_as else decided[c] for c in keep}

@@ -1192,3 +1192,17 @@ def test_a_column_named_in_another_unicode_normalization_is_said_so(tmp_path, ca
                       "compared code point by code point) - write it as the input names it, --keep 'cafe\u0301'")
     assert extract(capsys, src, tmp_path / "o.parquet", "--keep", "cafe\u0301")[0] == 0
     assert read_table(tmp_path / "o.parquet").column("cafe\u0301").to_pylist() == [1]
+
+
+def test_a_hive_partition_level_asked_for_as_a_column_is_said_so(tmp_path, capsys):
+    """--keep split on a folder of split=train/ and split=test/: the error listed the files' columns only, with nothing
+    on why split was not one (found by audit)."""
+    for split, text in (("train", "hello there"), ("test", "good day")):
+        (tmp_path / "d" / f"split={split}").mkdir(parents=True)
+        pq.write_table(pa.table({"id": [split], "text": [text]}), tmp_path / "d" / f"split={split}" / "p.parquet")
+    rc, _, err = extract(capsys, tmp_path / "d", tmp_path / "o.parquet", "--keep", "split")
+    one_line(rc, err, f"Error: {tmp_path / 'd'}: --keep 'split' is not a column - columns are: id, text; 'split' is a "
+                      "folder level of the files' paths (split=...: Hive partitions), which bertfeat does not read as a "
+                      "column: write the column into the files, or read each partition's folder apart")
+    rc, _, err = extract(capsys, tmp_path / "d", tmp_path / "o.parquet", "--keep", "nope")
+    one_line(rc, err, f"Error: {tmp_path / 'd'}: --keep 'nope' is not a column - columns are: id, text")
