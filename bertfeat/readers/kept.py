@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import shlex
 import sys
 from decimal import Decimal
 
@@ -148,6 +149,23 @@ def convert_cells(column: str, values: list, typ: pa.DataType, given: bool = Fal
 _INF_TEXT = re.compile(r"[+-]?inf(inity)?", re.IGNORECASE)
 
 
+def keep_text(pairs: list[tuple[str, str | None]]) -> str:
+    """(column name, type name or None) pairs -> the ``keep`` text that ``parse_keep`` reads back as them: a name
+    quoted where it holds a comma, a quote, a colon, or space at an end."""
+    def one(name: str, typ: str | None) -> str:
+        plain = name and not any(ch in name for ch in ',":') and name == name.strip()
+        shown = name if plain else '"' + name.replace('"', '""') + '"'
+        return f"{shown}:{typ}" if typ else shown
+
+    return ",".join(one(n, t) for n, t in pairs)
+
+
+def str_keep(column: str) -> str:
+    """The ``keep`` option that keeps ``column``'s text (``k:str``), its name quoted where ``keep`` would split it."""
+    spec = keep_text([(column, "str")])
+    return opt("keep", spec, cli=shlex.quote(spec))
+
+
 def float_problem(column: str, text: str, value: float, given: bool = False) -> str | None:
     """Why the number written as ``text`` does not read back as it is written once read as the float ``value`` (None:
     it does): past float64's range (``1e400``: inf), below its smallest number (``1e-400``: 0.0), or (a type the
@@ -163,7 +181,7 @@ def float_problem(column: str, text: str, value: float, given: bool = False) -> 
         why = f"has more digits than a float64 holds (it would read back as {value!r}; "
     else:
         return None
-    return f"kept column {column!r}: {quoted(text)} {why}give {opt('keep', column + ':str')} to keep its text)"
+    return f"kept column {column!r}: {quoted(text)} {why}give {str_keep(column)} to keep its text)"
 
 
 def quoted(text: str) -> str:
@@ -196,7 +214,7 @@ def _bad_cell(column: str, text: str, name: str, given: bool) -> str:
     value = _CELL[name](text)
     if name == "int64" and value is _BAD and _INT.fullmatch(text.strip()):  # an integer, but not an int64
         return (f"kept column {column!r}: {shown} is outside the int64 range ({_whose(name, given)[1:-1]}; give "
-                f"{opt('keep', column + ':str')} to keep its text)")
+                f"{str_keep(column)} to keep its text)")
     if given or value is _BAD:
         return f"kept column {column!r}: {shown} is not {_WORDS[name][0]} {_whose(name, given)}"
     if name == "double" and not math.isfinite(value):  # NaN and infinities are never inferred (_written_back)
@@ -315,18 +333,18 @@ def convert_json(column: str, value, typ: pa.DataType, given: bool = False,
         if text is None:  # NaN / Infinity / -Infinity: Python's JSON writes them, the JSON standard has no such number
             text = json.dumps(value)
             return text, Reason(RejectCode.BAD_KEPT_VALUE, f"kept column {column!r}: {text} is not a JSON number (give "
-                                                           f"{opt('keep', column + ':str')} to keep its text)")
+                                                           f"{str_keep(column)} to keep its text)")
         return text, Reason(RejectCode.BAD_KEPT_VALUE, float_problem(column, text, value))  # 1e400: past float64
     if name == "int64" and isinstance(value, JsonNegativeZero) and not given:  # int64 has no -0: it would read back 0
         return value.text, Reason(RejectCode.BAD_KEPT_VALUE, f"kept column {column!r}: {quoted(value.text)} would be "
                                                              f"written back as 0 (the column's first lines hold "
-                                                             f"integers; give {opt('keep', column + ':str')} to keep "
+                                                             f"integers; give {str_keep(column)} to keep "
                                                              "its text)")
     if name == "int64" and isinstance(value, int) and not isinstance(value, bool):
         if _INT64_RANGE[0] <= value < _INT64_RANGE[1]:
             return value, None
         return value, Reason(RejectCode.BAD_KEPT_VALUE, f"kept column {column!r}: {quoted(json_written(value))} is "
-                                                        f"outside the int64 range (give {opt('keep', column + ':str')} "
+                                                        f"outside the int64 range (give {str_keep(column)} "
                                                         "to keep its text)")
     if name == "double" and number:
         text = json_written(value)
@@ -360,7 +378,7 @@ def _json_given(column: str, name: str, value) -> str:
     if not isinstance(value, str):
         return ""
     return (f"; JSONL reads :{GIVEN_NAMES[name]} from a JSON {'true or false' if name == 'bool' else 'number'}, "
-            f"not from a string: write the value unquoted, or give {opt('keep', column + ':str')} to keep its text")
+            f"not from a string: write the value unquoted, or give {str_keep(column)} to keep its text")
 
 
 def _float_holds(f: float, text: str) -> bool:

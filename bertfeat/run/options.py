@@ -279,17 +279,6 @@ def parse_keep(text: str) -> list[tuple[str, str | None]]:
         i = end + 1
 
 
-def keep_text(pairs: list[tuple[str, str | None]]) -> str:
-    """(column name, type name or None) pairs -> the ``keep`` text that ``parse_keep`` reads back as them: a name
-    quoted where it holds a comma, a quote, a colon, or space at an end."""
-    def one(name: str, typ: str | None) -> str:
-        plain = name and not any(ch in name for ch in ',":') and name == name.strip()
-        shown = name if plain else '"' + name.replace('"', '""') + '"'
-        return f"{shown}:{typ}" if typ else shown
-
-    return ",".join(one(n, t) for n, t in pairs)
-
-
 def _quoted_name(text: str, i: int, refuse) -> tuple[str, int]:
     """The name quoted from ``text[i]`` (a double quote) to the quote that is not doubled, and where after it the text
     goes on; an unclosed quote is refused."""

@@ -205,7 +205,7 @@ class RespelledNumbers:
         import shlex
 
         from ..errors import opt, warn
-        from .options import keep_text
+        from ..readers.kept import keep_text
 
         summary.numbers_respelled = {c: v[0] for c, v in sorted(self.tally.items())}
         for c, (n, row, text, shown) in sorted(self.tally.items()):

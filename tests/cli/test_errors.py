@@ -1206,3 +1206,15 @@ def test_a_hive_partition_level_asked_for_as_a_column_is_said_so(tmp_path, capsy
                       "column: write the column into the files, or read each partition's folder apart")
     rc, _, err = extract(capsys, tmp_path / "d", tmp_path / "o.parquet", "--keep", "nope")
     one_line(rc, err, f"Error: {tmp_path / 'd'}: --keep 'nope' is not a column - columns are: id, text")
+
+
+def test_a_kept_columns_str_advice_quotes_a_name_keep_would_split(tmp_path, capsys):
+    """The reasons that advise --keep COLUMN:str wrote the name bare: for 'k, x' that is two columns (found by review);
+    the name is quoted as --keep reads it, and the advice works."""
+    src = tmp_path / "kx.csv"
+    src.write_text('text,"k, x"\nhello,1e400\n')
+    rc, _, err = extract(capsys, src, tmp_path / "o.parquet", "--keep", '"k, x":float')
+    assert rc == 1 and err.startswith(f"Error: {src} row 0: kept column 'k, x': \"1e400\" is beyond float64's range (give "
+                                      "--keep '\"k, x\":str' to keep its text) - "), err
+    assert extract(capsys, src, tmp_path / "o.parquet", "--keep", '"k, x":str')[0] == 0
+    assert read_table(tmp_path / "o.parquet").column("k, x").to_pylist() == ["1e400"]
