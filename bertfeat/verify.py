@@ -460,19 +460,18 @@ def _open_source(meta: dict, path: Path, input, encoding):
     """The input the features were extracted from, opened as the provenance says (``input`` / ``encoding`` where
     given)."""
     from .readers import DEFAULT_MAX_FIELD_BYTES, open_input
-    from .readers.formats import detect_format
+    from .readers.formats import detect_format, options_read
 
-    recorded = meta.get("encoding")
     _check_recorded_reading(meta, path)
+    source = _input_path(meta, path, input)
+    # a run before the readers refused the options a format ignores recorded them: read as that run read
+    recorded, delimiter = options_read(detect_format(source, meta["input_format"]), meta.get("encoding"),
+                                       meta.get("delimiter"))
     if encoding is None:  # encoding="" is refused by the reader, not passed over
         encoding = recorded or "utf-8"
     elif recorded and _codec(encoding) and _codec(encoding) != _codec(recorded):  # (unknown: the reader says so)
         raise BertfeatError(f"{path} records the encoding its input was read with, {recorded}, not {encoding}",
                             f"leave {opt('encoding')} out (it is for files whose provenance does not record one)")
-    source = _input_path(meta, path, input)
-    delimiter = meta.get("delimiter")
-    if delimiter is not None and detect_format(source, meta["input_format"]) in ("parquet", "jsonl"):
-        delimiter = None  # a run before the reader refused one the format ignores recorded it
     try:
         return open_input(source, meta["input_format"], meta["text_column"],
                           meta.get("pair_column"), meta.get("id_column"), encoding,

@@ -81,6 +81,12 @@ def open_input(path: str, fmt: str | None = None, text_column: str | None = None
                max_field_bytes=max_field_bytes)
 
 
+def options_read(fmt: str | None, encoding: str | None, delimiter: str | None) -> tuple[str | None, str | None]:
+    """(encoding, delimiter) as the format reads them: Parquet UTF-8 and no delimiter, JSONL no delimiter. What a run
+    records, and how a record an earlier bertfeat made (which kept the options these formats ignored) is read again."""
+    return ("utf-8" if fmt == "parquet" else encoding), (delimiter if fmt not in ("parquet", "jsonl") else None)
+
+
 def refuse_unused_options(path: str, fmt: str, encoding: str, delimiter: str | None) -> None:
     """An option the format does not read, refused rather than ignored: a delimiter for JSONL or Parquet, an encoding
     other than UTF-8 for Parquet (its strings are UTF-8 by the format's definition; a binary column in another

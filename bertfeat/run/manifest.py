@@ -16,6 +16,7 @@ import os
 from pathlib import Path
 
 from ..checks import DEFAULT_MAX_FIELD_BYTES
+from ..readers.formats import options_read
 from ..errors import InputError, ResumeError, one_line, opt
 from ..pca.diffs import dict_differences, naming_keys
 from ..version import __version__
@@ -37,7 +38,8 @@ def job_manifest(plan, fingerprint: dict, encoder, **engine_keys) -> dict:
         "tokenizers": library_version(), "gemm": gemm_identity(encoder),
         "input": plan.input_identity if plan.input_identity is not None else source.identity(),
         "text_column": source.text_column, "pair_column": plan.options.pair_column, "id_column": plan.options.id_column,
-        "encoding": source.encoding if source.fmt != "parquet" else "utf-8", "delimiter": getattr(source, "delimiter", None), "on_bad_row": plan.on_bad_row,
+        **dict(zip(("encoding", "delimiter"), options_read(source.fmt, source.encoding, getattr(source, "delimiter", None)))),
+        "on_bad_row": plan.on_bad_row,
         "chunk_rows": plan.options.chunk_rows,
         "pca": plan.pca_text, "wide": plan.options.wide,
         **({"pca_model": _file_identity(plan.pca_model)} if plan.pca_model is not None else {}),
@@ -177,9 +179,10 @@ def _differences(old: dict, new: dict) -> list[tuple]:
     input's path only when it names other files: _respelled)."""
     if _respelled(old.get("input"), new.get("input")):
         old, new = {**old, "input": {**old["input"], "path": new["input"]["path"]}}, new
-    fmt = (new.get("input") or {}).get("format") if isinstance(new.get("input"), dict) else None
-    if fmt == "parquet" and "encoding" in old:  # never read Parquet; a run before 8413001 recorded an --encoding given
-        old = {**old, "encoding": new.get("encoding")}
+    inp = old.get("input")
+    if isinstance(inp, dict):  # an earlier bertfeat recorded the options the format ignores (Parquet's --encoding)
+        old = {**old, **dict(zip(("encoding", "delimiter"), options_read(inp.get("format"), old.get("encoding"),
+                                                                         old.get("delimiter"))))}
     names = naming_keys(old, new)
     keys = [k for k in new if k not in names and k != RECORDED_ONLY] + [k for k in OPTIONAL_KEYS if k in old and k not in new]
     return dict_differences(old, new, keys=keys, missing=None, default=str)

@@ -730,6 +730,9 @@ def test_a_delimiter_an_earlier_run_recorded_for_parquet_input_does_not_stop_ver
     edited = edited_provenance(out, tmp_path / "e.parquet", "delimiter", ";")
     assert json.loads(pq.read_schema(edited).metadata[b"bertfeat"])["delimiter"] == ";"
     assert run(capsys, "verify", edited, "-q") == (0, "", "")
+    # likewise an --encoding such a run was given (found by the review of the change: verify passed it on, refused)
+    edited = edited_provenance(out, tmp_path / "n.parquet", "encoding", "iso8859-1")
+    assert run(capsys, "verify", edited, "-q") == (0, "", "")
 
 
 @pytest.mark.parametrize("args", [["pca", "fit", "{out}", "-n", "2", "-o", "{tmp}/q.npz"],
