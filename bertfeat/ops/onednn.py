@@ -425,8 +425,10 @@ def _rows_for_kernel(p: Packed, key: tuple) -> int:
         found[key] = 0
         while M < PACK_ROWS:
             M = min(2 * M, PACK_ROWS)
-            if _Prim((M, key[1]), p, key[4], key[5], key[6]).impl == p.impl:
+            prim = _Prim((M, key[1]), p, key[4], key[5], key[6])
+            if prim.impl == p.impl:
                 found[key] = M
+                st["prims"][(M, *key[1:])] = prim  # the padded product's own (made once, not again by matmul)
                 break
     return found[key]
 

@@ -332,10 +332,9 @@ def all_two_levels(real: np.ndarray, ids: np.ndarray | None) -> bool:
     """True when every sequence of a (B, T) batch (``real``: True at real tokens; ``ids`` its token ids, None: judged
     by length alone) is one ``two_levels`` takes: the batch multiplies by the ~15-bit weights (module docstring; the
     Encoder never batches such sequences with others, encoder.split_short_batches)."""
-    n = real.sum(axis=1)  # (B,)
-    if ids is None or (n <= SHORT_TOKENS).all():
-        return bool((n <= SHORT_TOKENS).all())
-    return all(two_levels(row[keep]) for row, keep in zip(ids, real))
+    if (real.sum(axis=1) <= SHORT_TOKENS).all():  # (B,) tokens a sequence
+        return True
+    return ids is not None and all(two_levels(row[keep]) for row, keep in zip(ids, real))
 
 
 #: a layer's linear weight -> the kind of linear layer provenance names

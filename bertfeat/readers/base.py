@@ -36,6 +36,7 @@ import codecs
 import os
 import shlex
 import sys
+import unicodedata
 from dataclasses import dataclass, field
 
 import pyarrow as pa
@@ -473,7 +474,6 @@ def near_miss(name: str, cols: list[str], keep: tuple[str, ...] = (),
     from .kept import TYPE_NAMES
 
     as_header = "write it as the input names it, {}"
-    import unicodedata
 
     def nfc(t: str) -> str:
         return unicodedata.normalize("NFC", t)

@@ -160,10 +160,15 @@ def keep_text(pairs: list[tuple[str, str | None]]) -> str:
     return ",".join(one(n, t) for n, t in pairs)
 
 
+def keep_option(pairs: list[tuple[str, str | None]]) -> str:
+    """``keep`` given these (column, type) pairs, for a message's fix (``keep_text``; quoted for a shell on the CLI)."""
+    spec = keep_text(pairs)
+    return opt("keep", spec, cli=shlex.quote(spec))
+
+
 def str_keep(column: str) -> str:
     """The ``keep`` option that keeps ``column``'s text (``k:str``), its name quoted where ``keep`` would split it."""
-    spec = keep_text([(column, "str")])
-    return opt("keep", spec, cli=shlex.quote(spec))
+    return keep_option([(column, "str")])
 
 
 def float_problem(column: str, text: str, value: float, given: bool = False) -> str | None:

@@ -250,9 +250,9 @@ def _left_out(n: int, prefixes: str = ".") -> str:
 
 
 def _url_files(path: str) -> tuple:
-    import fsspec
-
     import zipfile
+
+    import fsspec
 
     try:
         fs, _, paths = fsspec.core.get_fs_token_paths(path)
@@ -272,14 +272,14 @@ def _url_files(path: str) -> tuple:
     paths = sorted((p for p in paths if fs.isfile(p)), key=_path_key)
     if not paths:
         members = _archive_members(fs, path)
-        raise InputError(f"{path}: no such file (or the pattern matches none)",
-                         f"check the URL{members}")
+        raise InputError(f"{path}: no such file (or the pattern matches none)", f"check the URL{members}")
     return fs, paths
 
 
 def _archive_members(fs, path: str) -> str:
-    """For a message about an archive URL that names no file in it: '; the archive holds: a.csv, b.csv' (at most 10)."""
-    if fs.protocol not in ("zip", ("zip",), "tar", ("tar",)) and "zip" not in str(fs.protocol):
+    """For a message about an archive URL that names no file in it: '; the archive holds a.csv, b.csv' (10 at most)."""
+    protocols = fs.protocol if isinstance(fs.protocol, tuple) else (fs.protocol,)
+    if not {"zip", "tar"} & set(protocols):
         return ""
     try:
         names = sorted(f for f in fs.find("") if fs.isfile(f))

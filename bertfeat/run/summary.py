@@ -202,17 +202,15 @@ class RespelledNumbers:
     def report(self, summary: "ExtractSummary", reader) -> None:
         """Into ``summary.numbers_respelled``, and one ``BertfeatWarning`` per column (the CLI's ``Warning:`` line), whose
         fix is the run's whole ``keep`` with that column given ``str``."""
-        import shlex
-
-        from ..errors import opt, warn
-        from ..readers.kept import keep_text
+        from ..errors import warn
+        from ..readers.kept import keep_option
 
         summary.numbers_respelled = {c: v[0] for c, v in sorted(self.tally.items())}
         for c, (n, row, text, shown) in sorted(self.tally.items()):
-            spec = keep_text([(k, "str" if k == c else reader.keep_as.get(k)) for k in reader.keep])
+            fix = keep_option([(k, "str" if k == c else reader.keep_as.get(k)) for k in reader.keep])
             warn(f"{reader.name}: kept column {c!r} holds {n:,} JSON number{'s' * (n != 1)} written in other digits "
                  f"than the line's (the first, {text} on row {row}, as {shown}): the same number{'s' * (n != 1)}, not "
-                 f"the same text; give {opt('keep', spec, cli=shlex.quote(spec))} to keep the text")
+                 f"the same text; give {fix} to keep the text")
 
 
 def _repeats(arrays: list, rows: list) -> tuple[int, tuple | None]:
