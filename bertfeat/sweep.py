@@ -216,7 +216,7 @@ def sweep(input: str | os.PathLike, sets=None, *, label: str | None = None, samp
     from .run.options import check, check_types, options_from
     from .run.outlock import output_lock
     from .run.plan import check_label_column, check_pair_column
-    from .readers import open_input
+    from .readers import open_input, split_id_column
     from .checks import check_count, check_size, check_stride
 
     o = check_types(options_from("sweep", options, SWEEP_OPTIONS, input=input, on_bad_row="error"))
@@ -240,8 +240,9 @@ def sweep(input: str | os.PathLike, sets=None, *, label: str | None = None, samp
     with output_lock(Path(output)) if output is not None else contextlib.nullcontext():
         if output is not None:  # again under the lock: another run may have written them
             _check_outputs(output, input, o.overwrite, o.model, cache)
-        reader = open_input(str(input), o.input_format, o.text_column, o.pair_column, o.id_column, o.encoding,
-                            delimiter=o.delimiter, keep=(label,) if label else (), label=label)
+        id_name, id_as_text = split_id_column(o.id_column)
+        reader = open_input(str(input), o.input_format, o.text_column, o.pair_column, id_name, o.encoding,
+                            delimiter=o.delimiter, keep=(label,) if label else (), label=label, id_as_text=id_as_text)
         try:
             check_pair_column(reader, o.text_column)
             check_label_column(reader, label, o.text_column)

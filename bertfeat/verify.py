@@ -477,7 +477,8 @@ def _open_source(meta: dict, path: Path, input, encoding):
                           meta.get("pair_column"), meta.get("id_column"), encoding,
                           delimiter=delimiter, keep=tuple(meta.get("keep") or ()),
                           keep_as=meta.get("keep_as"),  # its bad kept values too
-                          max_field_bytes=meta.get("max_field_bytes") or DEFAULT_MAX_FIELD_BYTES)
+                          max_field_bytes=meta.get("max_field_bytes") or DEFAULT_MAX_FIELD_BYTES,
+                          id_as_text=bool(meta.get("id_as_text")))
     except BertfeatError as e:  # the recorded delimiter does not split the input's header: verify has no such option
         if not e.names("delimiter"):
             raise

@@ -45,7 +45,7 @@ def pages() -> list[Path]:
     ordered = [docs / n for n in DOC_ORDER if (docs / n).is_file()]
     return [README] + ordered + sorted(p for p in docs.glob("*.md") if p not in ordered)
 SAMPLE_ROWS = 70
-INPUT_FILES = ("sst2_sample.csv", "pairs.jsonl", "messy.csv")
+INPUT_FILES = ("sst2_sample.csv", "pairs.jsonl", "messy.csv", "ids_mixed.jsonl")
 
 # (regex on the command, reason): commands that are not run here.
 SKIP = [

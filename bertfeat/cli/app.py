@@ -103,7 +103,7 @@ def extract(
     output: Optional[str] = typer.Option(None, "-o", "--output", help="Output file (default: INPUT.features.parquet beside the input)."),
     text_column: Optional[str] = typer.Option(None, "--text-column", help="Column with the text (default: text/sentence/content/review, else the only string column)."),
     pair_column: Optional[str] = typer.Option(None, "--pair-column", help="Second text of a sentence pair (token type ids 1)."),
-    id_column: Optional[str] = typer.Option(None, "--id-column", help="Column copied to the output as the row id (default: the 0-based row number)."),
+    id_column: Optional[str] = typer.Option(None, "--id-column", help="Column copied to the output as the row id (default: the 0-based row number); NAME:str reads every id as the text the input wrote."),
     keep: Optional[list[str]] = typer.Option(None, "--keep", help="Input column(s) copied to the output beside the features, e.g. a label: repeat it or separate names with commas (--keep label,split), quoting a name that holds a comma, a double quote or a colon as in CSV (--keep '\"a,b\"'). A CSV/TSV value is kept as the text it is written as unless a type is given (--keep label:int; int, float, bool or str) or every value of the first rows reads back as written (plain integers, numbers such as 2.5). Parquet and CSV output."),
     input_format: Optional[str] = typer.Option(None, "--input-format", help="csv, tsv, parquet or jsonl (default: from the extension)."),
     encoding: str = typer.Option("utf-8", "--encoding", help="Text encoding of CSV/TSV/JSONL input, e.g. latin-1."),

@@ -208,7 +208,7 @@ _FINGERPRINT = Field(("object",), keys={
 PROVENANCE = Field(("object",), keys={
     "model": _TEXT, "fingerprint": _FINGERPRINT, "precision": _TEXT, "input": _TEXT, "input_abspath": _TEXT, "input_glob": Field(("bool",)),
     "input_format": _TEXT, "encoding": _TEXT, "delimiter": _TEXT, "text_column": _TEXT, "pair_column": _OPT_TEXT,
-    "id_column": _OPT_TEXT, "keep": Field(("list",), _TEXT), "model_files": Field(("object",), _TEXT),
+    "id_column": _OPT_TEXT, "id_as_text": Field(("bool",)), "keep": Field(("list",), _TEXT), "model_files": Field(("object",), _TEXT),
     "rows": Field(("count", "object", "null"), Field(("count", "null"))), "partitions": Field(("size",)),
     "dtype": Field(("text",), choices=FEATURE_DTYPES),
     "layout": Field(("object",), keys={

@@ -19,7 +19,7 @@ from .base import (
     resume_identity,
 )
 from .delimited import CsvReader
-from .formats import FORMATS, detect_format, open_input
+from .formats import FORMATS, detect_format, open_input, split_id_column
 from .jsonl import JsonlReader
 from .parquet import ParquetReader
 from .paths import compression_of, is_pattern, is_url, resolve_files
@@ -40,6 +40,7 @@ __all__ = [
     "JsonlReader",
     "ParquetReader",
     "open_input",
+    "split_id_column",
     "resume_identity",
     "detect_format",
     "resolve_files",

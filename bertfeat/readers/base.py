@@ -148,8 +148,9 @@ class Reader:
     def __init__(self, path: str, fmt: str, *, text_column: str | None = None, pair_column: str | None = None,
                  id_column: str | None = None, encoding: str = "utf-8", batch_rows: int = 8192, delimiter: str | None = None,
                  keep: tuple[str, ...] | list[str] = (), label: str | None = None, keep_as: dict[str, str] | None = None,
-                 max_field_bytes: int = DEFAULT_MAX_FIELD_BYTES):
+                 max_field_bytes: int = DEFAULT_MAX_FIELD_BYTES, id_as_text: bool = False):
         self.path = path
+        self.id_as_text = id_as_text  # every id read as the text the input wrote (id_column="id:str")
         self.fmt = fmt
         self.max_field_bytes = max_field_bytes
         self.encoding = normalize_encoding(encoding)
@@ -207,7 +208,7 @@ class Reader:
 
     def id_type(self) -> pa.DataType | None:
         """The output id column's type when the input's schema decides it (None: from the values written)."""
-        return pa.int64() if self.id_column is None else None
+        return pa.int64() if self.id_column is None else pa.string() if self.id_as_text else None
 
     def keep_types(self) -> dict[str, pa.DataType]:
         """Each kept column's Arrow type, in ``keep`` order (decided when the reader opened the input)."""

@@ -64,11 +64,12 @@ def _format_of(path: str) -> str | None:
 def open_input(path: str, fmt: str | None = None, text_column: str | None = None, pair_column: str | None = None,
                id_column: str | None = None, encoding: str = "utf-8", batch_rows: int = 8192,
                delimiter: str | None = None, keep: tuple[str, ...] | list[str] = (), label: str | None = None,
-               keep_as: dict[str, str] | None = None, max_field_bytes: int = DEFAULT_MAX_FIELD_BYTES) -> "Reader":
+               keep_as: dict[str, str] | None = None, max_field_bytes: int = DEFAULT_MAX_FIELD_BYTES,
+               id_as_text: bool = False) -> "Reader":
     """The reader for ``path`` (its format from the extension unless ``fmt``), columns checked and chosen (``keep``:
     the columns copied to the output, their types decided, or given by ``keep_as``: column -> int, float, bool or str;
     ``label``: the one of them that is the label; ``max_field_bytes``: a text, pair, id or kept value larger than this
-    is a bad row, never held whole)."""
+    is a bad row, never held whole; ``id_as_text``: every id is the text the input wrote, ``split_id_column``)."""
     fmt = detect_format(path, fmt)
     first = path.split("::", 1)[0]  # the file read, of a chained URL
     if fmt == "parquet" and compression_of(first) is not None:  # Parquet is read by its footer, not as a stream
@@ -78,7 +79,17 @@ def open_input(path: str, fmt: str | None = None, text_column: str | None = None
     cls = ParquetReader if fmt == "parquet" else JsonlReader if fmt == "jsonl" else CsvReader
     return cls(path, fmt, text_column=text_column, pair_column=pair_column, id_column=id_column, encoding=encoding,
                batch_rows=batch_rows, delimiter=delimiter, keep=keep, label=label, keep_as=keep_as,
-               max_field_bytes=max_field_bytes)
+               max_field_bytes=max_field_bytes, id_as_text=id_as_text)
+
+
+def split_id_column(text: str | None) -> tuple[str | None, bool]:
+    """The ``id_column`` option -> (the column's name, whether every id is read as the text the input wrote): a name
+    ending in ``:str`` asks for that (``id:str``), so that ids of mixed kinds (``7`` and ``"07"`` in JSONL), integers
+    past int64 and ids written ``1e2`` or ``2.50`` read back as written. Only the last ``:str`` is taken: a column whose
+    own name ends so is given as ``NAME:str:str``."""
+    if text is not None and text.endswith(":str") and len(text) > 4:
+        return text[:-4], True
+    return text, False
 
 
 def options_read(fmt: str | None, encoding: str | None, delimiter: str | None) -> tuple[str | None, str | None]:

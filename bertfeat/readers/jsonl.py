@@ -7,7 +7,9 @@ UTF-16 and UTF-32 files (``encoding='utf-16'`` ...) are cut into lines on their 
 Ids (``id_column``) are integers or strings, one kind per file: the file's first id that is an integer or a string
 (on a line that is a JSON object valid in the encoding) decides the kind and the output column's type (int64 or
 string); an id of the other kind is a bad row (``RejectCode.BAD_ID``), as is one that is neither (a number, a
-boolean, an object; a null or missing id: ``RejectCode.NULL_ID``). When the first lines (the head) hold no such id,
+boolean, an object; a null or missing id: ``RejectCode.NULL_ID``). With ``id_as_text`` (``id_column="id:str"``) every
+id is a string: a JSON string as it is, a number as the line wrote it (``7``, ``12345678901234567890123``, ``1e2``,
+``-0``); a boolean, an object or an array is still a bad row. When the first lines (the head) hold no such id,
 the file is read on from its start, once, when it is opened, until one is found (the whole file if it holds none),
 so every parse - the local engine's, and each Dask partition's, whatever ``blocksize`` cuts - starts with the
 file's kind and rejects the same rows. Standard input cannot be read twice: there the first such id decides as the
@@ -59,6 +61,8 @@ class JsonlReader(TextReader):
         id to write). Standard input whose head holds none: None (the type of the ids written)."""
         if self.id_column is None:
             return pa.int64()
+        if self.id_as_text:
+            return pa.string()
         kind = self._first_id_kind.get(self.id_column)
         if kind is None and self.path == "-":
             return None
@@ -68,6 +72,8 @@ class JsonlReader(TextReader):
         """The columns chosen; an id column whose kind the head did not decide: the file read on until its first id
         that is an integer or a string (the same kind for every parse: the local engine's and each partition's)."""
         super()._select_columns(text_column, pair_column, id_column)
+        if self.id_as_text and id_column is not None:
+            self._first_id_kind[id_column] = "string"  # every id is text: no other kind to find
         if id_column is not None and id_column not in self._first_id_kind and self.path != "-" and not self._head_whole:
             kind = self._first_id_kind_in_file(id_column)
             if kind is not None:
@@ -283,7 +289,8 @@ class JsonlReader(TextReader):
                 if id_kind is None and (reason is None or reason.code != RejectCode.ENCODING):
                     id_kind = _id_kind(ident)  # no kind yet (standard input): the first id that could be one decides
                 if reason is None and ident is not None:
-                    reason, id_kind = _check_id(ident, id_kind)
+                    reason, id_kind = _check_id(ident if not self.id_as_text else _id_text(ident), id_kind, self.id_column)
+                    ident = _id_text(ident) if self.id_as_text and reason is None else ident
                 if extra is not None:
                     reason = self._kept(obj, extra, reason, written.setdefault(row, {}))
                 if reason is not None:
@@ -464,24 +471,33 @@ def _id_kind(v) -> str | None:
     return "integer" if isinstance(v, int) and not isinstance(v, bool) else "string" if isinstance(v, str) else None
 
 
-def _check_id(ident, id_kind: str | None) -> tuple[Reason | None, str | None]:
-    """An id must be a string or an integer, of the kind of the first id: (why not or None, the kind of the ids)."""
+def _id_text(ident):
+    """An id as text (``id_as_text``): a number as the line wrote it; any other value as it is (a string is one
+    already; a boolean, object or array stays what it is, a bad id)."""
+    return ident if isinstance(ident, bool) else json_written(ident) or ident
+
+
+def _check_id(ident, id_kind: str | None, column: str = "id") -> tuple[Reason | None, str | None]:
+    """An id must be a string or an integer, of the kind of the first id: (why not or None, the kind of the ids). The
+    reasons a number or a mix of kinds gives say how to read every id as the text the line wrote (``column:str``)."""
     kind = _id_kind(ident)
+    as_text = f"; {opt('id_column', column + ':str', cli=shlex.quote(column + ':str'))} reads every id as the line wrote it"
     if kind == "integer" and not -2**63 <= ident < 2**63:
-        return Reason(RejectCode.BAD_ID, f"id {str(ident)[:40]} is outside the int64 range of integer ids"), id_kind
+        return Reason(RejectCode.BAD_ID, f"id {str(ident)[:40]} is outside the int64 range of integer ids{as_text}"), id_kind
     if isinstance(ident, JsonNegativeZero):  # (an int64 id has no -0: it would be written as 0, another row's id)
         return Reason(RejectCode.BAD_ID, 'id -0 would be written back as 0 (an integer id has no sign of zero): write '
-                                         'it 0, or as the string "-0" (with every id a string)'), id_kind
+                                         f'it 0, or as the string "-0" (with every id a string){as_text}'), id_kind
     if kind == "string":
         bad = surrogate_reason(ident, "id")
         if bad:
             return Reason(RejectCode.INVALID_UNICODE, bad), id_kind
     if kind is None:  # a number as the line wrote it (1e2, 2.50: not 100.0, 2.5)
+        number = json_class(ident) is float
         return Reason(RejectCode.BAD_ID, f"id {(json_written(ident) or json.dumps(ident))[:40]} is {_json_kind(ident)}, "
-                                         "not a string or an integer"), id_kind
+                                         f"not a string or an integer{as_text if number else ''}"), id_kind
     if id_kind is not None and kind != id_kind:
         return Reason(RejectCode.BAD_ID, f"id {json.dumps(ident)[:40]} is {'an' if kind == 'integer' else 'a'} {kind}, "
-                                         f"but the ids before it are {id_kind}s"), id_kind
+                                         f"but the ids before it are {id_kind}s{as_text}"), id_kind
     return None, id_kind or kind
 
 

@@ -138,6 +138,7 @@ class ParquetReader(Reader):
                 self._same_type(col, text)
         if id_column is not None:
             self._refuse_duplicate_field(id_column, opt("id_column"))
+            self._check_id_as_text(id_column)
         for param, col in (("text_column", self.text_column), ("pair_column", pair_column)):
             if col is not None:
                 t = self._pq_schema.field(col).type
@@ -145,13 +146,26 @@ class ParquetReader(Reader):
                     raise InputError(f"{self.name}: column '{col}' has type {t}, not text",
                                      f"choose a string column with {opt(param)} (string columns: {listing(self._string_columns())})")
 
+    def _check_id_as_text(self, column: str) -> None:
+        """``id_as_text`` reads integer ids as their decimal digits, string ids as they are: a column of another type
+        has no one text for its values (a double's 1.0, a timestamp's zone)."""
+        t = self._pq_schema.field(column).type
+        if self.id_as_text and not (_is_string(t) or pa.types.is_integer(t.value_type if pa.types.is_dictionary(t) else t)):
+            raise InputError(f"{self.name}: {opt('id_column', column + ':str')} reads integer or string ids as text, "
+                             f"and column '{column}' holds {t} values",
+                             f"give {opt('id_column', column)} (its values are written as Parquet holds them), or "
+                             "choose an integer or string id column")
+
     def _string_columns(self) -> list[str]:
         return [f.name for f in self._pq_schema if _is_string(f.type)]
 
     def id_type(self) -> pa.DataType:
-        """The input column's type (int32 stays int32, binary stays binary), a dictionary column's value type."""
+        """The input column's type (int32 stays int32, binary stays binary), a dictionary column's value type; string
+        for ``id_as_text``."""
         if self.id_column is None:
             return pa.int64()
+        if self.id_as_text:
+            return pa.string()
         t = self._pq_schema.field(self.id_column).type
         return t.value_type if pa.types.is_dictionary(t) else t
 
@@ -207,7 +221,9 @@ class ParquetReader(Reader):
             for k, v in written_cells(raw, values).items():
                 if values[k] is not None or k not in oversized:  # (a value over max_field_bytes is not shown)
                     rb.written.setdefault(rows[k], {})[c] = v
-        if rb.ids is not None:  # a float32 id 0.1 shown so in the rejects file, not as the double it widens to
+        if rb.ids is not None and self.id_as_text:  # an integer id as its decimal digits (a string id is one already)
+            rb.ids = [v if v is None or isinstance(v, str) else str(v) for v in rb.ids]
+        elif rb.ids is not None:  # a float32 id 0.1 shown so in the rejects file, not as the double it widens to
             rb.ids = shortest_floats(rb.ids, b.column(self.id_column))
         rb.pre_rejected.update({rows[k]: why for k, why in oversized.items()})
         named = [(self.text_column, rb.texts, "text"), (self.pair_column, rb.pairs, "pair text"),

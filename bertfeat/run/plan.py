@@ -217,7 +217,7 @@ class ExtractPlan:
     @property
     def id_name(self) -> str:
         """The output's id column: the input's id column, else ``row`` (the 0-based row number)."""
-        return self.options.id_column or "row"
+        return self.reader.id_column or "row"
 
     @property
     def keep_types(self) -> dict:
@@ -255,10 +255,12 @@ def make_plan(options: ExtractOptions, client: Any = None) -> ExtractPlan:
     keep, keep_as, label = _output_columns(o, fmt, pca, pca_model)
     _check_long_text(o.stride, o.long_text, o.pair_column)
     input = _check_input(o, fmt)
-    from ..readers import open_input, resume_identity
+    from ..readers import open_input, resume_identity, split_id_column
 
-    reader = open_input(input, o.input_format, o.text_column, o.pair_column, o.id_column, o.encoding,
-                        delimiter=o.delimiter, keep=keep, label=label, keep_as=keep_as, max_field_bytes=max_field_bytes)
+    id_name, id_as_text = split_id_column(o.id_column)
+    reader = open_input(input, o.input_format, o.text_column, o.pair_column, id_name, o.encoding,
+                        delimiter=o.delimiter, keep=keep, label=label, keep_as=keep_as, max_field_bytes=max_field_bytes,
+                        id_as_text=id_as_text)
     input_state = None if input == "-" else reader.identity(within_run=True)  # before a row is read (the header aside)
     input_identity = None if input_state is None else resume_identity(input_state)
     check_pair_column(reader, o.text_column)
@@ -347,11 +349,14 @@ def _engine_settings(o: ExtractOptions) -> tuple[str, DaskSettings | None]:
 def _output_columns(o: ExtractOptions, fmt: str, pca, pca_model) -> tuple:
     """The kept columns and the probe's label (``check_keep``, ``check_label_option``) -> (keep, keep_as, label); the
     label is kept too, as the probe reads it back from the output."""
-    check_id_name(o.id_column, fmt, o.wide)
-    keep, keep_as = check_keep(o.checked("keep"), fmt, o.id_column, o.wide)
-    label = check_label_option(o.checked("label"), pca, pca_model, fmt, o.id_column)
+    from ..readers import split_id_column
+
+    id_name = split_id_column(o.id_column)[0]
+    check_id_name(id_name, fmt, o.wide)
+    keep, keep_as = check_keep(o.checked("keep"), fmt, id_name, o.wide)
+    label = check_label_option(o.checked("label"), pca, pca_model, fmt, id_name)
     if label is not None and label not in keep:
-        keep = check_keep(keep_columns(keep + (label,)), fmt, o.id_column, o.wide)[0]
+        keep = check_keep(keep_columns(keep + (label,)), fmt, id_name, o.wide)[0]
     return keep, keep_as, label
 
 

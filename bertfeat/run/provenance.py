@@ -54,6 +54,7 @@ def provenance(encoder, spec, fingerprint: dict, plan, summary: ExtractSummary) 
         "text_column": source.text_column,
         "pair_column": source.pair_column,
         "id_column": source.id_column,
+        **({"id_as_text": True} if source.id_as_text else {}),  # id_column="NAME:str": verify reads the ids so
         **({"keep": list(plan.keep)} if plan.keep else {}), **({"keep_as": plan.keep_as} if plan.keep_as else {}),
         "on_bad_row": plan.on_bad_row,
         **({"max_bad_rows": plan.max_bad_rows.text} if plan.max_bad_rows is not None else {}),

@@ -56,8 +56,8 @@ def test_jsonl_ids_past_the_head_same_rows_on_both_engines(client, late_ids, tmp
     assert pq.read_table(local).column("id").to_pylist() == list(range(40))
     want = _rejects(tmp_path / "local.parquet.rejects.csv")
     assert want[:2] == [["0", "null id"], ["1", "null id"]] and len(want) == 1041
-    assert want[1001:1003] == [["1041", 'id "s40" is a string, but the ids before it are integers'],
-                                         ["1042", 'id "s41" is a string, but the ids before it are integers']]
+    assert want[1001:1003] == [["1041", 'id "s40" is a string, but the ids before it are integers; --id-column id:str reads every id as the line wrote it'],
+                                         ["1042", 'id "s41" is a string, but the ids before it are integers; --id-column id:str reads every id as the line wrote it']]
     for blocksize in (4096, 16384, None):
         out = tmp_path / f"dask-{blocksize}.parquet"
         d = bertfeat.extract(late_ids, out, model=tiny_model(), id_column="id", on_bad_row="skip", engine="dask",

@@ -681,7 +681,7 @@ def test_a_jsonl_minus_zero_integer_is_not_written_back_as_0(tmp_path, capsys):
         ["1", "2", "kept column 'n': \"-0\" would be written back as 0 (the column's first lines hold integers; give "
                    "--keep n:str to keep its text)", "-0", "-0", "-0"],
         ["2", "-0", 'id -0 would be written back as 0 (an integer id has no sign of zero): write it 0, or as the string '
-                    '"-0" (with every id a string)', "0", "0", "0"]]
+                    '"-0" (with every id a string); --id-column id:str reads every id as the line wrote it', "0", "0", "0"]]
     rc, _, err = run(capsys, "extract", src, "-o", tmp_path / "x.parquet", "--model", tiny_model(), "--keep", "x,g:int,n:str",
                      "-q")
     assert rc == 0, err
@@ -788,7 +788,7 @@ def test_a_jsonl_integer_of_more_digits_than_python_converts_is_a_bad_row_naming
     (b,) = list(open_input(str(src), id_column="id", keep=["k", "f"]).batches())
     assert {r: render(w.text) for r, w in b.pre_rejected.items()} == {
         0: f"kept column 'k': \"{big[:37]}...\" is outside the int64 range (give keep='k:str' to keep its text)",
-        1: f"id -{big[:39]} is outside the int64 range of integer ids"}
+        1: f"id -{big[:39]} is outside the int64 range of integer ids; id_column='id:str' reads every id as the line wrote it"}
     (b,) = list(open_input(str(src), keep=["f"]).batches())  # row 0's long k and u: not read, nothing said
     assert {r: render(w.text) for r, w in b.pre_rejected.items()} == {
         1: f"kept column 'f': \"{big[:37]}...\" is beyond float64's range (give keep='f:str' to keep its text)"}

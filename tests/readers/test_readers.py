@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from bertfeat.errors import InputError
+from bertfeat.errors import InputError, render
 from bertfeat.readers.rejects import Reason, RejectCode
 from bertfeat.readers import HEAD_BYTES, CsvReader, Reader, detect_format, open_input
 
@@ -549,7 +549,7 @@ def _late_ids_lines() -> list[str]:
 
 
 def _bad_ids(rows) -> dict[int, str]:
-    return {r: f"{why.code.value}: {why.text}" for r, _, _, why in rows if why is not None}
+    return {r: f"{why.code.value}: {render(why.text)}" for r, _, _, why in rows if why is not None}
 
 
 @pytest.mark.parametrize("compress", [None, "gz"])
@@ -567,8 +567,8 @@ def test_jsonl_id_kind_is_the_files_first_id_read_on_past_the_head(tmp_path, com
     assert reader.id_type() == pa.int64()
     whole = rows_of(reader)
     assert len(whole) == 1063
-    bad = {1001: "bad-id: id 1.5 is a number, not a string or an integer"}
-    bad |= {1002 + k: f'bad-id: id "s{k}" is a string, but the ids before it are integers' for k in range(30, 60)}
+    bad = {1001: "bad-id: id 1.5 is a number, not a string or an integer; id_column='id:str' reads every id as the line wrote it"}
+    bad |= {1002 + k: f'bad-id: id "s{k}" is a string, but the ids before it are integers; id_column=\'id:str\' reads every id as the line wrote it' for k in range(30, 60)}
     assert _bad_ids(whole) == bad  # the null ids are rejected later, as every format's (chunks.validate_batch)
     assert [i for _, _, i, why in whole[1002:] if why is None] == [*range(30), 99]
     worker = pickle.loads(pickle.dumps(reader))
@@ -594,7 +594,7 @@ def test_jsonl_id_kind_without_any_usable_id_and_in_the_head(tmp_path):
                                                  for i in range(1500)))
     reader = open_input(str(tmp_path / "head.jsonl"), id_column="id")
     assert reader.id_type() == pa.int64()
-    assert _bad_ids(rows_of(reader)) == {3: 'bad-id: id "s3" is a string, but the ids before it are integers'}
+    assert _bad_ids(rows_of(reader)) == {3: 'bad-id: id "s3" is a string, but the ids before it are integers; id_column=\'id:str\' reads every id as the line wrote it'}
 
 
 def test_jsonl_id_kind_from_standard_input_is_its_first_id(tmp_path, monkeypatch):
@@ -896,13 +896,13 @@ def test_a_jsonl_id_that_is_a_number_is_named_as_the_line_wrote_it(tmp_path, cap
     rc, _, err = run(capsys, "extract", src, "--model", tiny_model(), "--id-column", "id", "--on-bad-row", "skip", "-q")
     assert rc == 0, err
     assert (tmp_path / "n.features.parquet.rejects.csv").read_text(encoding="utf-8").splitlines() == [
-        "row,id,reason", "1,1e2,\"id 1e2 is a number, not a string or an integer\"",
-        "2,2.50,\"id 2.50 is a number, not a string or an integer\"",
-        "3,-0.0,\"id -0.0 is a number, not a string or an integer\"",
+        "row,id,reason", "1,1e2,\"id 1e2 is a number, not a string or an integer; --id-column id:str reads every id as the line wrote it\"",
+        "2,2.50,\"id 2.50 is a number, not a string or an integer; --id-column id:str reads every id as the line wrote it\"",
+        "3,-0.0,\"id -0.0 is a number, not a string or an integer; --id-column id:str reads every id as the line wrote it\"",
         "4,true,\"id true is a boolean, not a string or an integer\"",
         '5,"[1, ""é""]","id [1, ""\\u00e9""] is an array, not a string or an integer"',
         '6,-0,"id -0 would be written back as 0 (an integer id has no sign of zero): write it 0, or as the string ""-0"" '
-        '(with every id a string)"', "7,,null id"]
+        '(with every id a string); --id-column id:str reads every id as the line wrote it"', "7,,null id"]
 
 
 def test_an_input_path_with_an_unexpanded_tilde_is_said_so(tmp_path, monkeypatch):

@@ -502,8 +502,8 @@ def test_jsonl_skip(tmp_path, capsys):
         ["3", "", "invalid JSON (Expecting ',' delimiter: line 1 column 22 (char 21))"],
         ["4", "", "a JSON array, not an object"],
         ["5", "6", "no field 'text'"],
-        ["6", "7", 'id "7" is a string, but the ids before it are integers'],
-        ["7", "8.5", "id 8.5 is a number, not a string or an integer"],
+        ["6", "7", 'id "7" is a string, but the ids before it are integers; --id-column id:str reads every id as the line wrote it'],
+        ["7", "8.5", "id 8.5 is a number, not a string or an integer; --id-column id:str reads every id as the line wrote it"],
         ["8", "9", "invalid utf-8 at byte 22 of the line"],
     ]
     t = read_table(out)
@@ -663,7 +663,7 @@ def test_jsonl_unpaired_surrogates_and_huge_integer_ids(tmp_path, capsys):
                    "without its pair)", "c"],
         ["3", "4", "unpaired surrogate U+DC00 at character 1 of the value of kept column 'k': not valid Unicode (a JSON "
                    "\\udc00 escape without its pair)", "d\\udc00"],
-        ["4", "123456789012345678901234", "id 123456789012345678901234 is outside the int64 range of integer ids", "e"],
+        ["4", "123456789012345678901234", "id 123456789012345678901234 is outside the int64 range of integer ids; --id-column id:str reads every id as the line wrote it", "e"],
     ]
     t = read_table(out)
     assert t.column("id").to_pylist() == [1, 6] and t.column("k").to_pylist() == ["a", "f"]

@@ -679,7 +679,7 @@ def test_jsonl_ids_whose_kind_the_head_does_not_decide_are_written(tmp_path, cap
     src = tmp_path / "ids.jsonl"
     src.write_text("\n".join(lines) + "\n")
     want = [[str(r), "", "null id"] for r in range(1001)]
-    want += [[str(1001 + k), f"s{k}", f'id "s{k}" is a string, but the ids before it are integers'] for k in (5, 6, 7)]
+    want += [[str(1001 + k), f"s{k}", f'id "s{k}" is a string, but the ids before it are integers; --id-column id:str reads every id as the line wrote it'] for k in (5, 6, 7)]
     for name, args in (("file", (src,)), ("stdin", ("-", "--input-format", "jsonl"))):
         if name == "stdin":
             monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(src.read_bytes())))
