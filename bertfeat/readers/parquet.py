@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections import Counter
 
 import os
+import shlex
 
 import numpy as np
 import pyarrow as pa
@@ -151,9 +152,9 @@ class ParquetReader(Reader):
         has no one text for its values (a double's 1.0, a timestamp's zone)."""
         t = self._pq_schema.field(column).type
         if self.id_as_text and not (_is_string(t) or pa.types.is_integer(t.value_type if pa.types.is_dictionary(t) else t)):
-            raise InputError(f"{self.name}: {opt('id_column', column + ':str')} reads integer or string ids as text, "
-                             f"and column '{column}' holds {t} values",
-                             f"give {opt('id_column', column)} (its values are written as Parquet holds them), or "
+            raise InputError(f"{self.name}: {opt('id_column', column + ':str', cli=shlex.quote(column + ':str'))} reads "
+                             f"integer or string ids as text, and column '{column}' holds {t} values",
+                             f"give {opt('id_column', column, cli=shlex.quote(column))} (its values are written as Parquet holds them), or "
                              "choose an integer or string id column")
 
     def _string_columns(self) -> list[str]:

@@ -162,3 +162,13 @@ def test_the_docs_example(tmp_path, capsys):
     rc, _, err = run(capsys, "extract", src, "--id-column", "id", "-o", tmp_path / "x.parquet", "--model", tiny_model(), "-q")
     assert rc == 1 and err.startswith(f'Error: {src} row 1: id "07" is a string, but the ids before it are integers; '
                                       "--id-column id:str reads"), err
+
+
+def test_a_parquet_refusal_quotes_a_name_with_a_space(tmp_path, capsys):
+    src = tmp_path / "in.parquet"
+    pq.write_table(pa.table({"my id": [0.5, 1.0], "text": ["a", "b"]}), src)
+    rc, _, err = run(capsys, "extract", src, "--id-column", "my id:str", "-o", tmp_path / "f.parquet", "--model",
+                     tiny_model(), "--quiet")
+    assert (rc, err) == (1, f"Error: {src}: --id-column 'my id:str' reads integer or string ids as text, and column "
+                            "'my id' holds double values - give --id-column 'my id' (its values are written as Parquet "
+                            "holds them), or choose an integer or string id column\n")
