@@ -106,17 +106,23 @@ def test_verify_reads_the_ids_as_the_run_did(tmp_path, capsys):
     assert rc == 1 and "row 1 (id '01') is not in the input" in err, err
 
 
-def test_parquet_integer_ids_as_their_digits_and_other_types_refused(tmp_path, capsys):
+def test_parquet_integer_ids_as_their_digits(tmp_path, capsys):
     src, out = tmp_path / "in.parquet", tmp_path / "o.parquet"
     pq.write_table(pa.table({"id": pa.array([7, -8, 2**62], pa.int64()), "text": ["a", "b", "c"]}), src)
     assert run(capsys, "extract", src, "--id-column", "id:str", "-o", out, "--model", tiny_model(), "--quiet")[0] == 0
     assert read_table(out).column("id").to_pylist() == ["7", "-8", str(2**62)]
-    pq.write_table(pa.table({"id": [0.5, 1.0], "text": ["a", "b"]}), src)
-    rc, _, err = run(capsys, "extract", src, "--id-column", "id:str", "-o", tmp_path / "f.parquet", "--model",
+
+
+@pytest.mark.parametrize("name, shown", [("id", ("id:str", "id")), ("my id", ("'my id:str'", "'my id'"))])
+def test_parquet_ids_of_another_type_are_refused(tmp_path, capsys, name, shown):
+    """A name with a space is quoted for the shell."""
+    src = tmp_path / "in.parquet"
+    pq.write_table(pa.table({name: [0.5, 1.0], "text": ["a", "b"]}), src)
+    rc, _, err = run(capsys, "extract", src, "--id-column", f"{name}:str", "-o", tmp_path / "f.parquet", "--model",
                      tiny_model(), "--quiet")
-    assert (rc, err) == (1, f"Error: {src}: --id-column id:str reads integer or string ids as text, and column 'id' "
-                            "holds double values - give --id-column id (its values are written as Parquet holds them), "
-                            "or choose an integer or string id column\n")
+    assert (rc, err) == (1, f"Error: {src}: --id-column {shown[0]} reads integer or string ids as text, and column "
+                            f"'{name}' holds double values - give --id-column {shown[1]} (its values are written as "
+                            "Parquet holds them), or choose an integer or string id column\n")
 
 
 def test_csv_ids_are_text_already(tmp_path, capsys):
@@ -163,12 +169,3 @@ def test_the_docs_example(tmp_path, capsys):
     assert rc == 1 and err.startswith(f'Error: {src} row 1: id "07" is a string, but the ids before it are integers; '
                                       "--id-column id:str reads"), err
 
-
-def test_a_parquet_refusal_quotes_a_name_with_a_space(tmp_path, capsys):
-    src = tmp_path / "in.parquet"
-    pq.write_table(pa.table({"my id": [0.5, 1.0], "text": ["a", "b"]}), src)
-    rc, _, err = run(capsys, "extract", src, "--id-column", "my id:str", "-o", tmp_path / "f.parquet", "--model",
-                     tiny_model(), "--quiet")
-    assert (rc, err) == (1, f"Error: {src}: --id-column 'my id:str' reads integer or string ids as text, and column "
-                            "'my id' holds double values - give --id-column 'my id' (its values are written as Parquet "
-                            "holds them), or choose an integer or string id column\n")
