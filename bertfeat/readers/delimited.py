@@ -20,7 +20,7 @@ from .base import HEAD_BYTES, RawBatch, stdin_empty_error, utf8_error_at
 from .kept import convert_cells, infer_cell_type, quoted, written_cells
 from .paths import compression_of
 from .stream import CountingReader, NewlineAtEnd, ReadAheadGate
-from .text import TextReader, byte_order_hint, split_wide_lines, wide_line_codec
+from .text import TextReader, byte_order_hint, open_decompressed, split_wide_lines, wide_line_codec
 
 
 _STRADDLES = "straddling object straddles two block boundaries"  # pyarrow: a row longer than the CSV block
@@ -61,7 +61,7 @@ class CsvReader(TextReader):
         lines before it, as the local reader's csvcheck.header_line does)."""
         from .csvcheck import BOM
 
-        with self.fs.open(f, "rb", compression=compression_of(f)) as fh:
+        with open_decompressed(self.fs, f, compression_of(f)) as fh:
             line = fh.readline().removeprefix(BOM)  # (a BOM alone on the first line: a blank line, as pyarrow reads it)
             while line and not line.strip(b"\r\n"):
                 line = fh.readline()

@@ -33,6 +33,7 @@ def detect_format(path: str, input_format: str | None) -> str:
     if fmt is None and not is_url(path) and not is_pattern(path) and not os.path.lexists(path):
         resolve_files(path, "csv")  # no such file: said first (the format's fix cannot help a misspelled path)
     if fmt is None:
+        _refuse_unread_compression(path)
         import shlex
 
         # a .txt is mostly one text per line, without a header: read as CSV its first text became the column's name
@@ -42,6 +43,27 @@ def detect_format(path: str, input_format: str | None) -> str:
         raise InputError(f"{path}: cannot tell the format from the extension",
                          f"add {opt('input_format', 'csv|tsv|parquet|jsonl')}" + (lines if not is_url(path) else ""))
     return fmt
+
+
+#: compressions bertfeat does not decompress, by suffix: (what, the command that writes the bytes to a pipe)
+_UNREAD_COMPRESSION = {".lz4": ("lz4", "lz4 -dc"), ".lzma": ("lzma", "xz -dc"), ".lz": ("lzip", "lzip -dc"),
+                       ".br": ("brotli", "brotli -dc"), ".z": ("compress (.Z)", "gzip -dc"), ".7z": ("7-Zip", "7z x -so")}
+
+
+def _refuse_unread_compression(path: str) -> None:
+    """A file compressed in a way bertfeat does not read (``x.csv.lz4``): said so, not "cannot tell the format"
+    with a fix that cats its compressed bytes."""
+    p = Path(path.split("::", 1)[0])
+    suffixes = [s.lower() for s in p.suffixes]
+    if not suffixes or suffixes[-1] not in _UNREAD_COMPRESSION:
+        return
+    import shlex
+
+    kind, cat = _UNREAD_COMPRESSION[suffixes[-1]]
+    inner = _EXT.get(suffixes[-2]) if len(suffixes) > 1 else None
+    pipe = f"{cat} {shlex.quote(path)} | bertfeat extract - {opt('input_format', inner or 'csv|tsv|jsonl')} ..."
+    raise InputError(f"{path}: {kind}-compressed files are not read (.gz, .bz2, .zst and .xz are)",
+                     f"decompress it into the pipe ({pipe}), or compress it as .gz, .zst or .xz")
 
 
 def _format_of(path: str) -> str | None:

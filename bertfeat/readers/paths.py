@@ -17,14 +17,14 @@ from pathlib import Path
 from ..checks import UNEXPANDED_TILDE, is_parquet_name, link_to_nowhere, not_local
 from ..errors import InputError, one_line, special_file_kind
 
-_COMPRESSION = {".gz": "gzip", ".bz2": "bz2", ".zst": "zstd"}
+_COMPRESSION = {".gz": "gzip", ".bz2": "bz2", ".zst": "zstd", ".xz": "xz"}
 _SPECIAL = ((stat.S_ISFIFO, "a named pipe (FIFO)"), (stat.S_ISCHR, "a character device"),
             (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
 OUTPUT_METADATA_KEYS = (b"bertfeat", b"bertfeat_part")  # a Parquet file bertfeat wrote: a feature file, or a part of one
 
 
 def compression_of(path) -> str | None:
-    """gzip/bz2/zstd from a .gz/.bz2/.zst suffix, else None."""
+    """gzip/bz2/zstd/xz from a .gz/.bz2/.zst/.xz suffix, else None."""
     return _COMPRESSION.get(Path(str(path)).suffix.lower())
 
 
@@ -165,7 +165,7 @@ def _join_fix(path: str, counts: dict[str, int]) -> str:
 
 
 #: the command that decompresses files beside themselves, by compression (join_line)
-_DECOMPRESS = {"gzip": "gunzip -k", "bz2": "bunzip2 -k", "zstd": "unzstd"}
+_DECOMPRESS = {"gzip": "gunzip -k", "bz2": "bunzip2 -k", "zstd": "unzstd", "xz": "unxz -k"}
 
 
 def join_line(pattern: str, ext: str, compression: str | None = None) -> str:
@@ -183,7 +183,7 @@ def join_line(pattern: str, ext: str, compression: str | None = None) -> str:
 
 
 #: a compressed file's bytes to standard output, for a filter
-_READ_DECOMPRESSED = {"gzip": "gzip -dc", "bz2": "bzip2 -dc", "zstd": "zstd -dc"}
+_READ_DECOMPRESSED = {"gzip": "gzip -dc", "bz2": "bzip2 -dc", "zstd": "zstd -dc", "xz": "xz -dc"}
 
 
 def convert_line(path: str, command: str, tag: str, ext: str) -> str:

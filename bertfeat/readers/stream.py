@@ -1,11 +1,13 @@
 """Binary stream adapters: a counter of the bytes read (progress; a gzip file's sizes from its trailer), a UTF-8
 stream given its final line feed, standard input with its peeked head put back, a pyarrow input stream (e.g.
-decompressing) as a Python raw stream, and the gate that keeps pyarrow's CSV read-ahead near the rows parsed.
+decompressing) as a Python raw stream (``decompressed``: every compression read, one way for both engines), and the
+gate that keeps pyarrow's CSV read-ahead near the rows parsed.
 """
 
 from __future__ import annotations
 
 import io
+import lzma
 
 
 class CountingReader(io.RawIOBase):
@@ -150,6 +152,33 @@ class NativeRaw(io.RawIOBase):
     def close(self):
         self._native.close()
         super().close()
+
+
+class _Xz:
+    """An xz stream read through Python's lzma (pyarrow has no xz codec), its damage said as an OSError as the other
+    decompressors' is (``lzma.LZMAError`` is none of the errors a reader catches)."""
+
+    def __init__(self, raw):
+        self._file = lzma.LZMAFile(raw)
+
+    def read(self, n: int) -> bytes:
+        try:
+            return self._file.read(n)
+        except lzma.LZMAError as e:
+            raise OSError(f"xz: {e}") from None
+
+    def close(self):
+        self._file.close()
+
+
+def decompressed(raw, compression: str) -> NativeRaw:
+    """The decompressed bytes of the binary stream ``raw`` (gzip, bz2 or zstd through pyarrow, xz through lzma): the
+    local reader's and each Dask partition's (fsspec's own compression needs packages not installed, zstandard)."""
+    import pyarrow as pa
+
+    if compression == "xz":
+        return NativeRaw(_Xz(raw))
+    return NativeRaw(pa.CompressedInputStream(pa.PythonFile(raw, mode="r"), compression))
 
 
 class ReadAheadGate(io.RawIOBase):

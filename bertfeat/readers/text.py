@@ -14,13 +14,14 @@ import pyarrow as pa
 from ..errors import InputError, clipped, opt
 from .base import HEAD_BYTES, MIN_PART_BYTES, Partition, RawBatch, Reader, standard_input, stdin_read_error
 from .paths import compression_of, convert_line, join_line
-from .stream import CountingReader, NativeRaw, Prefixed, gzip_sizes
+from .stream import CountingReader, Prefixed, decompressed, gzip_sizes
 
 
 class TextReader(Reader):
     """Line-based text (CSV/TSV/JSONL): read from the start, or cut into byte ranges on line ends."""
 
-    _MAGIC = ((b"\x1f\x8b", "gzip", ".gz", "zcat"), (b"BZh", "bzip2", ".bz2", "bzcat"), (b"\x28\xb5\x2f\xfd", "zstd", ".zst", "zstdcat"))
+    _MAGIC = ((b"\x1f\x8b", "gzip", ".gz", "zcat"), (b"BZh", "bzip2", ".bz2", "bzcat"), (b"\x28\xb5\x2f\xfd", "zstd", ".zst", "zstdcat"),
+              (b"\xfd7zXZ\x00", "xz", ".xz", "xzcat"))
 
     def _setup(self, delimiter):
         if len(self.files) > 1:
@@ -74,7 +75,7 @@ class TextReader(Reader):
         return b"\n" if lf is None else bytes([lf])
 
     def _refuse_compressed(self, head: bytes) -> None:
-        """Compressed bytes where text is expected (standard input, or a file without .gz/.bz2/.zst)."""
+        """Compressed bytes where text is expected (standard input, or a file without .gz/.bz2/.zst/.xz)."""
         if self.compression is not None:
             return
         for magic, kind, suffix, cat in self._MAGIC:
@@ -102,6 +103,10 @@ class TextReader(Reader):
             return f"pass {opt('input_format', 'parquet')}"
         if magic == b"ARROW1":
             return "convert it to Parquet (pyarrow.parquet.write_table(pyarrow.feather.read_table(FILE), NAME)) and pass that"
+        if magic == b"\x04\x22\x4d\x18":
+            return f"decompress it into the pipe (lz4 -dc FILE | bertfeat extract - --input-format {self.fmt} ...)"
+        if magic == b"7z\xbc\xaf\x27\x1c":
+            return f"decompress it into the pipe (7z x -so FILE | bertfeat extract - --input-format {self.fmt} ...)"
         stream = f"unzip -p FILE | bertfeat extract - --input-format {self.fmt} ... reads it without a copy"
         return f"unzip it and pass the file inside ({stream}); save an Excel sheet as CSV first"
 
@@ -160,8 +165,7 @@ class TextReader(Reader):
             counter.sizes = gzip_sizes(raw)
         if self.compression is None:
             return io.BufferedReader(counter, buffer_size=1 << 20), counter
-        native = pa.CompressedInputStream(pa.PythonFile(io.BufferedReader(counter, buffer_size=1 << 20), mode="r"), self.compression)
-        counter.decompressing = NativeRaw(native)
+        counter.decompressing = decompressed(io.BufferedReader(counter, buffer_size=1 << 20), self.compression)
         return io.BufferedReader(counter.decompressing, buffer_size=1 << 20), counter
 
     def batches(self):
@@ -214,7 +218,7 @@ class TextReader(Reader):
         from fsspec.utils import read_block
 
         try:
-            with self.fs.open(part.file, "rb", compression=part.compression) as fh:
+            with open_decompressed(self.fs, part.file, part.compression) as fh:
                 data = fh.read() if part.length is None else read_block(fh, part.offset, part.length, delimiter=b"\n")
         except (OSError, EOFError, zlib.error) as e:  # gzip / bz2 raise EOFError for a truncated stream, zlib.error
             if part.compression:  # for damaged data: said as the local engine says them, not as a bug
@@ -261,9 +265,38 @@ class TextReader(Reader):
         return out
 
 
+def open_decompressed(fs, path: str, compression: str | None):
+    """A file of ``fs`` opened for reading, decompressed on the way (``stream.decompressed``); closing it closes both."""
+    raw = fs.open(path, "rb")
+    if compression is None:
+        return raw
+    return io.BufferedReader(_Closing(decompressed(raw, compression), raw), buffer_size=1 << 20)
+
+
+class _Closing(io.RawIOBase):
+    """A decompressing stream that closes the file under it too."""
+
+    def __init__(self, stream, raw):
+        self._stream, self._raw = stream, raw
+
+    def readable(self):
+        return True
+
+    def readinto(self, b):
+        return self._stream.readinto(b)
+
+    def close(self):
+        try:
+            self._stream.close()
+        finally:
+            self._raw.close()
+            super().close()
+
+
 #: the binary formats a text input may turn out to be (a file misnamed, a wrong --input-format): magic bytes -> what
 _BINARY_MAGIC = ((b"PAR1", "Parquet"), (b"PK\x03\x04", "a ZIP archive (an Excel .xlsx workbook is one)"),
-                 (b"ARROW1", "Arrow IPC (Feather)"))
+                 (b"ARROW1", "Arrow IPC (Feather)"), (b"\x04\x22\x4d\x18", "lz4-compressed"),
+                 (b"7z\xbc\xaf\x27\x1c", "a 7-Zip archive"))
 
 HEAD_MAX_BYTES = 1 << 28  # the head grows past HEAD_BYTES to the first line end, up to this
 

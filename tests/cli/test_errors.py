@@ -271,6 +271,46 @@ def test_gzip_on_stdin_and_without_suffix(tmp_path, capsys, monkeypatch):
     assert listing(tmp_path) == ["g.csv"]
 
 
+def test_xz_on_stdin_and_without_suffix(tmp_path, capsys, monkeypatch):
+    """xz bytes were read as text: "invalid utf-8 at byte 0 - pass --encoding", and with --encoding latin-1 the
+    compressed bytes were encoded as texts at exit 0. They are refused as gzip's are; a .xz file is read."""
+    import io
+    import lzma
+
+    data = lzma.compress(b"text\nhello\n")
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(data)))
+    rc, _, err = run(capsys, "extract", "-", "--input-format", "csv", "-o", tmp_path / "o.parquet", "--model", tiny_model())
+    one_line(rc, err, "Error: <stdin>: the input is xz-compressed - decompress it into the pipe "
+                      "(e.g. xzcat FILE | bertfeat extract - ...), or pass the file by name (its .xz suffix is read)")
+    src = tmp_path / "x.csv"
+    src.write_bytes(data)
+    rc, _, err = extract(capsys, src, tmp_path / "o.parquet", "--encoding", "latin-1")
+    one_line(rc, err, f"Error: {src}: the file is xz-compressed but its name does not end in .xz - rename it to end in .xz, "
+                      "or decompress it")
+    assert listing(tmp_path) == ["x.csv"]
+    src.rename(tmp_path / "x.csv.xz")
+    rc, _, err = extract(capsys, tmp_path / "x.csv.xz", tmp_path / "o.parquet")
+    assert rc == 0, err
+    assert pq.read_table(tmp_path / "o.parquet").num_rows == 1
+
+
+def test_a_compression_bertfeat_does_not_read_is_named(tmp_path, capsys):
+    """x.csv.lz4 was "cannot tell the format from the extension", with a fix that cats the compressed bytes into the
+    pipe; lz4 bytes under a .csv name were "invalid utf-8 at byte 0 - pass --encoding"."""
+    src = tmp_path / "my x.csv.lz4"
+    src.write_bytes(bytes.fromhex("04224d1864407a") + bytes(range(40)))
+    rc, _, err = extract(capsys, src, tmp_path / "o.parquet")
+    one_line(rc, err, f"Error: {src}: lz4-compressed files are not read (.gz, .bz2, .zst and .xz are) - decompress it into "
+                      f"the pipe (lz4 -dc '{src}' | bertfeat extract - --input-format csv ...), or compress it as .gz, "
+                      ".zst or .xz")
+    plain = tmp_path / "l.csv"
+    plain.write_bytes(src.read_bytes())
+    rc, _, err = extract(capsys, plain, tmp_path / "o.parquet")
+    one_line(rc, err, f"Error: {plain}: the file is lz4-compressed, not CSV text - decompress it into the pipe (lz4 -dc "
+                      "FILE | bertfeat extract - --input-format csv ...)")
+    assert sorted(listing(tmp_path)) == ["l.csv", "my x.csv.lz4"]
+
+
 def test_invalid_utf8_in_a_binary_parquet_column(tmp_path, capsys):
     src = tmp_path / "b.parquet"
     pq.write_table(pa.table({"text": pa.array([b"ok fine", b"\xff\xfebad"], pa.binary())}), src)

@@ -11,6 +11,7 @@ import codecs
 import gzip
 import io
 import json
+import lzma
 import os
 import re
 
@@ -338,7 +339,8 @@ def test_csv_bom_and_cr_line_ends(tmp_path):
     assert [(r, t, i) for r, t, i, _ in rows_of(src)] == [(0, b"a", b"1"), (1, b"b", b"2")]
 
 
-@pytest.mark.parametrize("ext, compress", [(".gz", gzip.compress), (".bz2", bz2.compress)])
+@pytest.mark.parametrize("ext, compress", [(".gz", gzip.compress), (".bz2", bz2.compress), (".xz", lzma.compress),
+                                         (".XZ", lzma.compress)])
 def test_compressed_input(tmp_path, ext, compress):
     data = "text\n" + "".join(f"line {i}\n" for i in range(500))
     (tmp_path / f"a.csv{ext}").write_bytes(compress(data.encode()))
@@ -353,6 +355,24 @@ def test_zstd_jsonl(tmp_path):
     with pa.CompressedOutputStream(str(tmp_path / "a.jsonl.zst"), "zstd") as f:
         f.write(raw)
     assert [t for _, t, _, _ in rows_of(open_input(str(tmp_path / "a.jsonl.zst")))] == [f"t{i}" for i in range(300)]
+
+
+@pytest.mark.parametrize("fmt", ["csv", "jsonl"])
+def test_xz_damaged_past_its_head_is_said_as_the_other_compressions_are(tmp_path, fmt):
+    """A byte of an .xz file changed past its head: lzma's LZMAError is none of the errors a reader catches; it is
+    said as a damaged gzip file is, naming the file."""
+    rows = [f"sentence {i} of a file long enough to pass its head, {i * 7919 % 10007}" for i in range(60000)]
+    text = "".join(json.dumps({"text": r}) + "\n" for r in rows) if fmt == "jsonl" else "text\n" + "\n".join(rows) + "\n"
+    data = bytearray(lzma.compress(text.replace(",", "").encode() if fmt == "csv" else text.encode()))
+    data[len(data) * 3 // 4] ^= 0xFF
+    src = tmp_path / f"d.{fmt}.xz"
+    src.write_bytes(bytes(data))
+    with pytest.raises(InputError) as e:
+        for _ in open_input(str(src)).batches():
+            pass
+    assert re.fullmatch(rf"{re.escape(str(src))}( near row \d+)?: cannot read the file \(xz: Corrupt input data\)",
+                        e.value.what), e.value.what
+    assert e.value.fix == "check the file is complete and its compression"
 
 
 def test_jsonl_batches_and_blank_lines(tmp_path):
@@ -1260,7 +1280,7 @@ def test_text_after_a_closing_quote_is_a_bad_row_at_every_offset(tmp_path, monke
 
 
 @pytest.mark.parametrize("fmt", ["csv", "tsv", "jsonl"])
-@pytest.mark.parametrize("suffix, compress", [(".gz", gzip.compress), (".bz2", bz2.compress)])
+@pytest.mark.parametrize("suffix, compress", [(".gz", gzip.compress), (".bz2", bz2.compress), (".xz", lzma.compress)])
 def test_a_compressed_file_cut_short_past_its_head_says_so(tmp_path, fmt, suffix, compress):
     """A compressed CSV / TSV cut short after the head read to find its columns: pyarrow's CSV reader met the
     truncated stream and it was said as a parse error ("cannot parse as CSV (Truncated compressed stream) - check the
