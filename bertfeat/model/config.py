@@ -220,9 +220,12 @@ class BertConfig:
 
     @property
     def pairs_untyped(self) -> bool:
-        """Are both texts of a pair token type 0? RoBERTa-family tokenizers return no token_type_ids, and
-        DistilBERT's model takes none (its tokenizer's model_input_names leave them out)."""
-        return self.model_type in ROBERTA_TYPES or not self.token_types
+        """Are both texts of a pair token type 0 whatever the tokenizer gives? DistilBERT's, MPNet's and ModernBERT's
+        models take no token types, and a RoBERTa-family checkpoint with one token type (roberta-base, xlm-roberta-base)
+        has no second one (transformers fails there on a WordPiece tokenizer's type 1). A RoBERTa-family checkpoint
+        with two types embeds what its tokenizer gives (Encoder.pairs_untyped): none from its own tokenizer classes,
+        0 / 1 from a BertTokenizer."""
+        return not self.token_types or (self.model_type in ROBERTA_TYPES and self.type_vocab_size < 2)
 
     def name_of(self, field: str) -> str:
         """A field as the family's config.json names it (DistilBERT: dim, n_heads, ...), for messages."""

@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from ..ops import gemm
-from .config import BertConfig
+from .config import ROBERTA_TYPES, BertConfig
 from ..errors import BertfeatError, ConfigError, InputError, clipped, opt, warn
 from .hub import ModelLocation, file_states, files_differ, model_files, model_files_digest, resolve_model
 from .families import forward, load_model_weights
@@ -82,7 +82,9 @@ class FeatureSpec:
     #: the model's WeightedLayerPooling: each token's states of ``layers`` averaged with these weights, then pooled
     layer_weights: tuple[float, ...] = ()
     #: sentence pairs whose second text is token type 0 too, as the model's tokenizer gives no token_type_ids
-    #: (Encoder.pairs_untyped; a pair's vectors changed in 0.3): set for runs of pairs only, so single texts keep their key
+    #: (Encoder.pairs_untyped; a pair's vectors changed in 0.3), or, for a RoBERTa-family model with two token types
+    #: whose tokenizer gives them (a BertTokenizer), type 1 (all 0 until 2026-12-06): set for runs of pairs only, so
+    #: single texts and every other model keep their key
     pair_token_types: str | None = None
     #: single texts whose tokenizer template gives non-zero token types the model never receives (its tokenizer gives
     #: no token_type_ids: every token type 0, as transformers runs it; they ran as the template's until 2026-12-04),
@@ -466,8 +468,11 @@ class Encoder:
                            dense_paths, prompt, prompt_name, include_prompt, layer_norm=norm_paths,
                            layer_weights=tuple(float(w) for w in lw.weights) if lw is not None else ())
         spec = self._truncated(spec, truncate_dim, own)
-        if pairs and self.pairs_untyped and not self.config.pairs_untyped:  # check_pair_types: all type 0
+        roberta = self.config.model_type in ROBERTA_TYPES
+        if pairs and self.pairs_untyped and not self.config.pairs_untyped and not roberta:  # check_pair_types: all 0
             spec = replace(spec, pair_token_types="none (the tokenizer gives no token_type_ids)")
+        if pairs and roberta and not self.pairs_untyped:  # typed since 2026-12-06 (all 0 before): keyed apart
+            spec = replace(spec, pair_token_types="0 and 1 (the tokenizer gives token_type_ids)")
         if not pairs and self.single_types_dropped:  # prepare: all type 0
             spec = replace(spec, token_types="none (the tokenizer gives no token_type_ids)")
         return replace(spec, renormalize=True) if asked and spec.truncate_dim is not None else spec
