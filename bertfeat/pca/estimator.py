@@ -90,7 +90,7 @@ from .validation import (
     overflow_error,
     underflow_error,
 )
-from .file import SavedModel, file_sha256, load_model, merge_sources, not_a_model, save_model, source_differences
+from .file import SavedModel, check_meta_digest, file_sha256, load_model, merge_sources, not_a_model, save_model, source_differences
 from .solvers import (
     SOLVERS,
     check_solver,
@@ -767,6 +767,7 @@ class PCA(Estimator):
         except (TypeError, BertfeatError) as e:
             why = e.message if isinstance(e, BertfeatError) else one_line(e)
             raise not_a_model(path, f"its parameters are not valid ({why})") from None
+        check_meta_digest(path, model)
         pca._reset()
         pca._d = model.n_features
         pca._set_fitted(model.decomposition, pca._d)

@@ -56,6 +56,7 @@ class SavedModel:
     fingerprint: dict | None = None
     source: dict | None = None
     feature_names: list[str] | None = None  # feature_names_in_ (a DataFrame's columns at fit), if any
+    meta_edited: bool = False  # its metadata is not the one saved with it (check_meta_digest; PCA.load refuses it)
 
 
 def fingerprint_differences(expected: Mapping | None, actual: Mapping | None) -> list[tuple[str, Any, Any]]:
@@ -148,6 +149,7 @@ def save_model(path: str | os.PathLike, model: SavedModel) -> Path:
         arrays |= {"stats_shift": model.stats.shift, "stats_sum": model.stats.sum, "stats_sq": model.stats.sq}
         meta["stats_n"] = model.stats.n
     meta["arrays_sha256"] = {name: array_sha256(a) for name, a in arrays.items()}
+    meta["meta_sha256"] = meta_sha256(meta)
     arrays["meta"] = np.array(json.dumps(meta, default=json_default, sort_keys=True))
     path.parent.mkdir(parents=True, exist_ok=True)
     remove_stale_temps(path)  # a killed writer's
@@ -164,6 +166,22 @@ def array_sha256(a: np.ndarray) -> str:
     of each array it saves (the same numbers stored in another byte order or layout hash the same)."""
     values = np.ascontiguousarray(a, dtype="<f8")
     return hashlib.sha256(repr(values.shape).encode() + values.tobytes()).hexdigest()
+
+
+def meta_sha256(meta: dict) -> str:
+    """Hex SHA-256 of a model file's metadata but this digest itself, as canonical JSON (sorted keys; the values as
+    read back, so numbers written and read hash alike)."""
+    body = json.loads(json.dumps({k: v for k, v in meta.items() if k != "meta_sha256"}, default=json_default))
+    return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
+
+
+def check_meta_digest(path, model: "SavedModel") -> None:
+    """The metadata is the one saved with the file (``meta_sha256``, files since 2026-12-06): ``whiten`` turned on, a
+    total or noise variance or a row count changed by hand transformed or reported wrongly without a word. Checked
+    last (PCA.load: after the parameters), so that an edit a specific check finds is said by it."""
+    if model.meta_edited:
+        raise not_a_model(Path(path), "its metadata is not the one saved with it (its sha256 differs from the one it "
+                                      "records: the file was edited)", EDITED_MODEL_FIX)
 
 
 #: The fix of a model whose arrays are not the ones saved with it.
@@ -440,5 +458,6 @@ def load_model(path: str | os.PathLike) -> SavedModel:
         raise not_a_model(path, f"its feature_names name {_listed(twice)} more than once (a fit's columns have unique "
                                 "names)", EDITED_MODEL_FIX)
     _check_provenance(path, meta)
+    edited = "meta_sha256" in meta and meta["meta_sha256"] != meta_sha256(meta)
     return SavedModel(params_from_file(meta["params"]), decomposition, d, stats,
-                      meta.get("fingerprint"), meta.get("source"), names)
+                      meta.get("fingerprint"), meta.get("source"), names, edited)

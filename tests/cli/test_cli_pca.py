@@ -818,7 +818,7 @@ def _edited_model(src, dst, change, drop_digests=False):
     change(arrays)
     if drop_digests:  # as releases before the digests wrote it
         meta = json.loads(str(arrays["meta"]))
-        del meta["arrays_sha256"]
+        del meta["arrays_sha256"], meta["meta_sha256"]
         arrays["meta"] = np.array(json.dumps(meta))
     with open(dst, "wb") as f:
         np.savez(f, **arrays)
@@ -858,6 +858,43 @@ def test_a_model_whose_arrays_were_edited_is_refused(tmp_path, features, X, caps
     older = PCA.load(_edited_model(model, tmp_path / "older.npz", lambda a: None, drop_digests=True))
     for loaded in (unchanged, older):
         np.testing.assert_array_equal(loaded.transform(X), good.transform(X))
+
+
+@pytest.mark.parametrize("edit", ["whiten", "total_variance", "noise_variance", "n_samples", "fit_solver"])
+def test_a_model_whose_metadata_was_edited_is_refused(tmp_path, features, X, capsys, edit):
+    """A model's metadata edited by hand loaded without a word: whiten turned on transformed otherwise (up to 3.16
+    from the genuine model's output), a total variance of 1e308 reported 0.00 % kept, a noise variance above the total
+    and 10**30 rows loaded. Its sha256 is recorded as it is saved; a file written again unchanged (the JSON in another
+    key order) loads."""
+    model = tmp_path / "pca.npz"
+    assert _run_main(["pca", "fit", str(features), "-n", "5", "-o", str(model), "-q"]) == 0
+    changes = {"whiten": lambda m: m["params"].update(whiten=True), "total_variance": lambda m: m.update(total_variance=1e308),
+               "noise_variance": lambda m: m.update(noise_variance=m["total_variance"] * 2),
+               "n_samples": lambda m: m.update(n_samples=10**30),
+               "fit_solver": lambda m: m.update(fit_solver="randomized" if m["fit_solver"] != "randomized" else "svd")}
+
+    def rewrite(dst, change):
+        with np.load(model, allow_pickle=False) as z:
+            arrays = {k: z[k] for k in z.files}
+        meta = json.loads(str(arrays["meta"]))
+        change(meta)
+        arrays["meta"] = np.array(json.dumps(meta))  # (not sorted: another key order than save_model's)
+        with open(dst, "wb") as f:
+            np.savez(f, **arrays)
+        return dst
+
+    path = rewrite(tmp_path / "edited.npz", changes[edit])
+    want = (f"Error: {path} is not a bertfeat PCA model: its metadata is not the one saved with it (its sha256 differs "
+            "from the one it records: the file was edited) - pass the model file as `bertfeat pca fit`, `bertfeat "
+            "extract --pca` or PCA.save wrote it (fit it again rather than edit it)\n")
+    capsys.readouterr()
+    out = tmp_path / "reduced.parquet"
+    assert _run_main(["pca", "transform", str(features), "--pca-model", str(path), "-o", str(out), "-q"]) == 1
+    assert capsys.readouterr().err == want and not out.exists()
+    assert _run_main(["report", str(path), "-o", str(tmp_path / "r"), "-q"]) == 1
+    assert capsys.readouterr().err == want and not list(tmp_path.glob("r.*"))
+    same = PCA.load(rewrite(tmp_path / "same.npz", lambda m: None))
+    np.testing.assert_array_equal(same.transform(X), PCA.load(model).transform(X))
 
 
 @pytest.mark.filterwarnings("error::RuntimeWarning")

@@ -699,6 +699,7 @@ def _restore_params(path, change) -> None:
         arrays = {key: z[key] for key in z.files}
     meta = json.loads(str(arrays["meta"]))
     meta["params"] = change(meta["params"])
+    meta.pop("meta_sha256", None)  # (another release's file: no digest of the metadata)
     arrays["meta"] = np.array(json.dumps(meta, sort_keys=True))
     with open(path, "wb") as f:
         np.savez(f, **arrays)
@@ -1572,6 +1573,7 @@ def test_randomized_fit_of_rank_k_data_saves_a_model_that_loads(tmp_path, rank):
     with np.load(tmp_path / "r.npz", allow_pickle=False) as z:  # as earlier releases wrote it: the rounded value
         arrays = {key: z[key] for key in z.files}
     meta = json.loads(str(arrays["meta"]))
+    del meta["meta_sha256"]  # (earlier releases recorded no digest of the metadata)
     for noise, loads in ((-4e-16, True), (-1e-3 * meta["total_variance"], False)):
         arrays["meta"] = np.array(json.dumps(meta | {"noise_variance": noise}, sort_keys=True))
         with open(tmp_path / "old.npz", "wb") as f:
