@@ -530,8 +530,12 @@ def _walk_input(reader, outputs, picked: set, meta: dict, enc, spec, path: Path)
             if first_skipped is None and k not in over:
                 first_skipped = f"row {chunk.rows[k]}" + (f" (id {key!r})" if by_id else "")
     if current is not _END:
-        raise BertfeatError(f"{path}'s row {j} ({what} {current!r}) is not in the input {reader.name} in its place",
-                            f"verify against the input the features were extracted from ({opt('input')})")
+        where = f"{path}'s row {j} ({what} {current!r}) is not in the input {reader.name} in its place"
+        if _input_unchanged(reader, meta):  # then the feature file is what changed: --input cannot help
+            raise BertfeatError(f"{where}, which is the input the features were extracted from (its files, sizes and "
+                                f"times as recorded): {path}'s rows were reordered, repeated or edited since",
+                                "extract the features again (a feature file holds the input's rows in their order)")
+        raise BertfeatError(where, f"verify against the input the features were extracted from ({opt('input')})")
     recorded = _recorded_rows(meta)
     fix = f"extract the features again, or verify against the input they were extracted from ({opt('input')})"
     if recorded.get("rejected") is not None and skipped != recorded["rejected"]:
@@ -543,6 +547,20 @@ def _walk_input(reader, outputs, picked: set, meta: dict, enc, spec, path: Path)
         raise BertfeatError(f"{first_skipped} of the input {reader.name} is not in {path}, and it is not a bad row: the "
                             f"input changed since the features were extracted ({how})", fix)
     return texts
+
+
+def _input_unchanged(reader, meta: dict) -> bool:
+    """Is the input the one the provenance records (the sha256 of its files' paths, sizes and times)? False when it
+    records none (standard input, an earlier release) or the files cannot be listed now."""
+    from .run.manifest import input_record
+
+    recorded = meta.get("input_identity")
+    if not isinstance(recorded, dict) or not recorded.get("sha256"):
+        return False
+    try:
+        return input_record(reader.identity()).get("sha256") == recorded["sha256"]
+    except (OSError, ValueError):
+        return False
 
 
 def _encode_sample(wanted: dict, texts: dict, enc, spec, pca, meta: dict, dtype: str, progress) -> list[dict]:

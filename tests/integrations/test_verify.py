@@ -95,6 +95,26 @@ def test_verify_finds_rows_that_changed(extracted, capsys):
         verify_features(out)
 
 
+@pytest.mark.parametrize("order", [[1, 0], [0, 0]], ids=["swapped", "repeated"])
+def test_a_feature_file_whose_rows_were_reordered_is_said_to_have_changed(extracted, capsys, order):
+    """Two rows of the feature file swapped (or one repeated over the next), the input untouched: verify said the
+    row "is not in the input in.csv in its place - verify against the input the features were extracted from
+    (--input)", a fix that cannot help. The input's files, sizes and times are the provenance's, so the file is named."""
+    import pyarrow.parquet as pq
+
+    src, out = extracted
+    t = pq.read_table(out)
+    idx = np.arange(t.num_rows)
+    idx[[0, 1]] = order
+    edited = out.with_name("e.parquet")
+    pq.write_table(t.take(idx).replace_schema_metadata(t.schema.metadata), edited)
+    rc, _, err = run(capsys, "verify", edited, "--sample", "1000", "-q")
+    assert (rc, err) == (1, f"Error: {edited}'s row 1 (id 'r0') is not in the input {src} in its place, which is the "
+                            "input the features were extracted from (its files, sizes and times as recorded): "
+                            f"{edited}'s rows were reordered, repeated or edited since - extract the features again (a "
+                            "feature file holds the input's rows in their order)\n")
+
+
 def test_a_different_verdict_on_another_numeric_path_names_the_path(extracted, capsys, monkeypatch):
     """An int8 file verified with NumPy's kernels where numba's extracted it (or on another CPU) differs by ~2e-3 and
     was blamed on 'the input, the model or the file changed', none of which had (found by the int8 audit). The
