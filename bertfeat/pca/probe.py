@@ -18,6 +18,7 @@ as the no-PCA reference) or ones it reduced (its k columns, which are the compon
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Sequence
 from decimal import Decimal
 from pathlib import Path
@@ -176,10 +177,22 @@ def check_label(features: str | os.PathLike, label: str) -> list:
             raise BertfeatError(f"{src.path}: {label!r} is its id column, which names each row and cannot be the label",
                                 f"pass {opt('label')} with one of its columns beside the features ({kept}), or extract again with "
                                 f"{opt('keep', 'COLUMN')} to keep a label column beside the features")
+        if _holds_features(src, label):  # extract refuses --keep of an output column: never advise it either
+            raise BertfeatError(f"{src.path}: {label!r} holds the features, which cannot be the label",
+                                f"pass {opt('label')} with one of its columns beside the features ({kept}), or extract "
+                                f"again with {opt('keep', 'COLUMN')} to keep a label column beside the features")
         raise BertfeatError(f"{src.path} has no column {label!r} (its columns beside the features: {kept})",
                             f"extract with {opt('keep', label)} to keep the label beside the features, or name one of "
                             "its columns")
     return sources
+
+
+def _holds_features(src, label: str) -> bool:
+    """Is ``label`` a column of the features themselves: a Parquet file's list column (``embedding``), or one of a wide
+    file's ``f0`` ... ``f{d-1}``?"""
+    if label in (src.columns or []):
+        return True
+    return bool(src.wide) and re.fullmatch(r"f(0|[1-9][0-9]*)", label) is not None and int(label[1:]) < src.dim
 
 
 def probe_file(pca, features: str | os.PathLike, label: str, *, ks: Sequence[int] | None = None,

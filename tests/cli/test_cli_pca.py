@@ -466,6 +466,12 @@ def test_wrote_lines_are_one_line_whatever_the_width(tmp_path, features, capsys)
     (["pca", "fit", "{f}", "-n", "2", "-o", "{t}/l.npz", "--label", "sid"], "{f}: 'sid' is its id column, which names "
      "each row and cannot be the label - pass --label with one of its columns beside the features (n_tokens, truncated), or extract "
      "again with --keep COLUMN to keep a label column beside the features"),
+    (["pca", "fit", "{f}", "-n", "2", "-o", "{t}/l.npz", "--label", "embedding"], "{f}: 'embedding' holds the "
+     "features, which cannot be the label - pass --label with one of its columns beside the features (n_tokens, "
+     "truncated), or extract again with --keep COLUMN to keep a label column beside the features"),
+    (["report", "{t}/m.npz", "-o", "{t}/r", "--probe", "{f}", "--label", "embedding"], "{f}: 'embedding' holds the "
+     "features, which cannot be the label - pass --label with one of its columns beside the features (n_tokens, "
+     "truncated), or extract again with --keep COLUMN to keep a label column beside the features"),
     (["pca", "fit", "{t}/m.npz", "-o", "{t}/m2.npz"], "{t}/m.npz: a .npz is not a feature file - pass a feature file of "
      "`bertfeat extract` (.parquet, .npy or .csv); a PCA model (.npz) is applied with `bertfeat pca transform FEATURES "
      "--pca-model MODEL`"),
@@ -475,7 +481,8 @@ def test_wrote_lines_are_one_line_whatever_the_width(tmp_path, features, capsys)
 ])
 def test_option_values_are_checked_as_the_house_checks_them(tmp_path, features, capsys, argv, message):
     """A count below its minimum reads like `extract --chunk-rows 0` (exit 1, not click's exit-2 usage block); `-o -`
-    is no file; the id column is no label; a .npz is no feature file (the advice was "pass a .npz")."""
+    is no file; the id column is no label, nor is the features' column (the advice was --keep embedding, which
+    extract refuses); a .npz is no feature file (the advice was "pass a .npz")."""
     work = tmp_path / "w"
     work.mkdir()
     assert _run_main(["pca", "fit", str(features), "-n", "2", "-o", str(work / "m.npz"), "-q"]) == 0

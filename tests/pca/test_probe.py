@@ -157,6 +157,17 @@ def test_probe_file_errors(tmp_path):
         probe_file(pca, path, "class")
     assert e.value.message == (f"{path} has no column 'class' (its columns beside the features: label) - extract with keep='class' to "
                                "keep the label beside the features, or name one of its columns")
+    wide = tmp_path / "w.csv"
+    with FeatureWriter(wide, dim=X.shape[1], metadata={"fingerprint": FP}, extra_columns={"label": pa.int64()}) as w:
+        w.write(None, X, {"label": y.tolist()})
+    for name, src in (("f3", wide), ("embedding", path)):  # the features themselves (a wide file's f3)
+        with pytest.raises(BertfeatError) as e:
+            probe_file(pca, src, name)
+        assert e.value.message == (f"{src}: {name!r} holds the features, which cannot be the label - pass label with one "
+                                   "of its columns beside the features (label), or extract again with keep='COLUMN' to "
+                                   "keep a label column beside the features")
+    with pytest.raises(BertfeatError, match=f"has no column 'f{X.shape[1]}'"):  # past the last feature: a missing column
+        probe_file(pca, wide, f"f{X.shape[1]}")
     one = write(tmp_path / "one.parquet", X, [1] * 200)
     with pytest.raises(BertfeatError, match="has 1 class\\(es\\) in 200 labelled rows - a probe needs at least two"):
         probe_file(pca, one, "label")
