@@ -157,7 +157,10 @@ class Reader:
         self.batch_rows = batch_rows
         self.multiline_rows = 0  # CSV records whose quoted fields span lines (known once the file is read)
         self.glob = path != "-" and not is_url(path) and is_pattern(path)  # a local glob (the provenance says so)
-        self.fs, self.files = resolve_files(path, fmt, glob=self.glob)  # decided once: listing() reads it so again
+        underscored: list[str] = []
+        self.fs, self.files = resolve_files(path, fmt, glob=self.glob, underscored=underscored)  # decided once:
+        if underscored and self.files:  # listing() reads it so again; a glob would read these: say what was left
+            _warn_underscored(path, underscored)
         self.total_rows: int | None = None  # known up front for Parquet (footers) and for text that fits the head
         self.max_rows: int | None = None  # no more rows than this, where known up front (a fit of more PCA components refused)
         # progress by bytes counts the bytes read from disk, compressed or not
@@ -524,3 +527,18 @@ def utf8_error_at(raw: bytes) -> int:
     except UnicodeDecodeError as e:
         return e.start
     return -1
+
+
+def _warn_underscored(path: str, names: list[str]) -> None:
+    """A folder's Parquet files left out for a name starting with ``_`` (Spark's and Dask's rule for a folder, which
+    ``_SUCCESS`` and ``_metadata`` files follow), said: a glob of the folder reads them, so the two differed silently."""
+    import glob
+
+    from ..errors import warn
+    from .paths import shell_pattern
+
+    shown = ", ".join(os.path.relpath(n, path) for n in names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+    suffix = os.path.splitext(names[0])[1]  # (a glob is case-sensitive: the first such file's own extension)
+    pattern = shell_pattern(os.path.join(glob.escape(path.rstrip("/")), "**", "*" + suffix))
+    warn(f"{path}: {len(names)} Parquet file{'s' if len(names) > 1 else ''} left out ({shown}): in a folder, names "
+         f"starting with _ are not input; to read them, pass a glob, e.g. {pattern}", every_time=True)

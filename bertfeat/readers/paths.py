@@ -130,13 +130,17 @@ def _local_glob(path: str, fmt: str, known: frozenset = frozenset()) -> tuple[li
     return files, len(found) - len(files)
 
 
-def _local_dir(p: Path, known: frozenset = frozenset()) -> tuple[list[str], int]:
+def _local_dir(p: Path, known: frozenset = frozenset(), underscored: list | None = None) -> tuple[list[str], int]:
     """The Parquet files (``is_parquet_name``) under a local directory that are input, sorted and absolute, and how
-    many it left out (``known``: as in _local_glob)."""
+    many it left out (``known``: as in _local_glob; ``underscored``: gets the files left out only for a name starting
+    with ``_``, which a glob of the folder would read)."""
     matched = sorted(f for f in p.rglob("*") if is_parquet_name(f.name))
     _refuse_special(matched, str(p))
     found = [f for f in matched if f.is_file()]
     files = [os.path.abspath(f) for f in found if is_listed(f.relative_to(p).parts, (".", "_"))]
+    if underscored is not None:
+        underscored += [str(f) for f in found if is_listed(f.relative_to(p).parts)
+                        and not is_listed(f.relative_to(p).parts, (".", "_"))]
     files = [f for f in files if f in known or not is_bertfeat_output(f)]
     return files, len(found) - len(files)
 
@@ -289,7 +293,7 @@ def _archive_members(fs, path: str) -> str:
     return f"; the archive holds {shown}" if names else "; the archive holds no file"
 
 
-def resolve_files(path: str, fmt: str, known=(), glob: bool | None = None):
+def resolve_files(path: str, fmt: str, known=(), glob: bool | None = None, underscored: list | None = None):
     """A file, a glob, or a directory of Parquet files -> (fsspec filesystem, the files sorted: one dataset).
 
     Local paths are checked here with their own messages and made absolute (a Dask worker may run elsewhere);
@@ -299,7 +303,8 @@ def resolve_files(path: str, fmt: str, known=(), glob: bool | None = None):
     read per file; a URL's listing keeps the name rules only). A named pipe, device or socket is refused before
     it is opened (``refuse_special_file``). ``known``: files an earlier listing took as input (Reader.listing: the
     files the path names now), whose footers are not read again; ``glob``: the path read as a glob or not, as that
-    listing read it (None: ``is_pattern`` decides).
+    listing read it (None: ``is_pattern`` decides); ``underscored``: gets a local directory's Parquet files left out
+    only for a name starting with ``_`` (Reader warns of them).
     """
     import fsspec
 
@@ -325,7 +330,7 @@ def resolve_files(path: str, fmt: str, known=(), glob: bool | None = None):
     if p.is_dir() and fmt != "parquet":
         raise InputError(f"{path}: is a directory", f"pass a {fmt.upper()} file (a directory works for Parquet only)")
     if p.is_dir():
-        files, n_out = _local_dir(p, frozenset(known))
+        files, n_out = _local_dir(p, frozenset(known), underscored)
         if not files:
             what = f"no {'input ' if n_out else ''}.parquet or .pq file{_left_out(n_out, '. or _')}"
             counts = _text_files(p)

@@ -451,6 +451,36 @@ def test_a_directory_reads_every_parquet_extension_in_any_case_as_a_url_does(tmp
         assert [t for _, t, _, _ in rows_of(src)] == ["a", "b", "c", "d", "e"]
 
 
+def test_a_directory_says_which_parquet_files_it_left_out_for_a_leading_underscore(tmp_path):
+    """A folder leaves out names starting with _ (Spark's and Dask's rule: _SUCCESS, _metadata), a glob of it does not:
+    `extract sp` read ids [1, 2] and `extract 'sp/*.parquet'` [8, 1, 2] with no word of the difference (a helper's
+    review). The folder's reading is kept and its Parquet files left out so are named, with the glob that reads them."""
+    from bertfeat.errors import BertfeatWarning
+
+    d = tmp_path / "my sp"
+    (d / "sub").mkdir(parents=True)
+    pq.write_table(pa.table({"text": ["a", "b"]}), d / "part-0.parquet")
+    pq.write_table(pa.table({"text": ["under"]}), d / "_tmp.parquet")
+    pq.write_table(pa.table({"text": ["deep"]}), d / "sub" / "_x.parquet")
+    pq.write_table(pa.table({"text": ["hidden"]}), d / ".h.parquet")
+    (d / "_SUCCESS").write_bytes(b"")
+    with pytest.warns(BertfeatWarning) as w:
+        src = open_input(str(d))
+    assert [t for _, t, _, _ in rows_of(src)] == ["a", "b"]
+    assert [str(x.message) for x in w] == [
+        f"{d}: 2 Parquet files left out (_tmp.parquet, sub/_x.parquet): in a folder, names starting with _ are not "
+        f"input; to read them, pass a glob, e.g. '{d}/'**/*.parquet"]
+    glob_src = open_input(f"{d}/**/*.parquet")
+    assert sorted(t for _, t, _, _ in rows_of(glob_src)) == ["a", "b", "deep", "under"]
+    (d / "_tmp.parquet").unlink()
+    (d / "sub" / "_x.parquet").unlink()
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # nothing left out but a hidden file and _SUCCESS: no warning
+        open_input(str(d))
+
+
 def test_not_a_parquet_file(tmp_path):
     (tmp_path / "a.parquet").write_bytes(b"PAR1 not really")
     with pytest.raises(InputError, match=r"a\.parquet: not a readable Parquet file .* - check the file is Parquet and complete"):
