@@ -30,7 +30,7 @@ import numpy as np
 from .errors import BertfeatError, opt
 
 __all__ = ["DEFAULT_SETS", "DEFAULT_SAMPLE", "DEFAULT_N_COMPONENTS", "SWEEP_OPTIONS", "FeatureSet", "parse_sets",
-           "sweep", "default_prefix", "sweep_paths", "write_sweep_report", "render_markdown", "rows_said"]
+           "sweep", "default_prefix", "sweep_paths", "write_sweep_report", "render_markdown", "rows_said", "pcs_said"]
 
 #: the sets a sweep compares by default; one the model cannot give (no pooler, too few layers) is listed as skipped
 DEFAULT_SETS = ("own", "mean", "cls", "max", "pooled", "mean@-2", "mean@-4:", "mean@-4:@concat", "mean@1,-1")
@@ -81,15 +81,15 @@ def shared_options(o) -> str:
 def parse_sets(texts, enc, *, normalize: bool | None = None, strict: bool = True, shared: str = "",
                **tokenization) -> tuple[list, list]:
     """The set names -> ([FeatureSet], [{"name", "why"}] skipped). ``tokenization``: max_length, long_text, stride,
-    prompt, prompt_name (shared by every set). ``strict``: a set the model cannot give is an error (sets the user
-    named), else skipped with the reason (the default sets). ``shared``: the extract options every set's command
-    adds (``shared_options``)."""
+    prompt, prompt_name (shared by every set). ``strict``: a set the model cannot give, or one that gives the features
+    of a set before it (mean and mean@-1), is an error (sets the user named), else skipped with the reason (the
+    default sets). ``shared``: the extract options every set's command adds (``shared_options``)."""
     # the settings every set shares, checked once as extract checks them: a bad one (max_length=0, an unknown
     # prompt_name) skipped every default set, and the sweep ended in a bug line once the input was read. Checked
     # with a pooling named: what the model's own embedding alone cannot do (it has none, or leaves the prompt out)
     # is the set own's refusal, not the sweep's
     enc.spec("mean", None, "mean", normalize, **tokenization)
-    sets, skipped, seen = [], [], set()
+    sets, skipped, seen, by_spec = [], [], set(), {}
     for text in texts:
         name = str(text).strip()
         if not name:
@@ -99,6 +99,9 @@ def parse_sets(texts, enc, *, normalize: bool | None = None, strict: bool = True
         seen.add(name)
         parts = name.split("@")
         own = name == "own"
+        if parts[0].strip() == "own" and not own:  # read as POOLING own, it was said an unknown --pooling
+            raise BertfeatError(f"feature set {name!r}: own (the model's own embedding) takes no @LAYERS",
+                                "give own, or POOLING@LAYERS such as mean@-2")
         if not own and (len(parts) > 3 or not all(p.strip() for p in parts)):
             raise BertfeatError(f"the feature set {name!r} is not POOLING[@LAYERS[@AGG]] or own",
                                 "write it as e.g. mean, cls@-2, mean@-4: or mean@-4:@concat")
@@ -112,8 +115,23 @@ def parse_sets(texts, enc, *, normalize: bool | None = None, strict: bool = True
                 raise e.prefixed(f"feature set {name!r}") from None
             skipped.append({"name": name, "why": e.what_as({})})  # as the sets: in extract's flags
             continue
+        if spec in by_spec:  # another spelling of a set given (mean, mean@-1; own and mean --normalize on MiniLM)
+            first, said = by_spec[spec], _spec_said(spec)
+            if strict:
+                raise BertfeatError(f"the feature sets {first!r} and {name!r} are one set ({said})", "name each set once")
+            skipped.append({"name": name, "why": f"the same set as {first!r} ({said})"})
+            continue
+        by_spec[spec] = name
         sets.append(FeatureSet(name, spec, _set_options(pooling, layers, agg, spec.normalize, own, shared)))
     return sets, skipped
+
+
+def _spec_said(spec) -> str:
+    """What a set's spec computes, said for two spellings of it: ``pooling mean, layer 6, normalized``."""
+    many = len(spec.layers) > 1
+    said = f"pooling {spec.pooling}, layer{'s' if many else ''} {','.join(str(i) for i in spec.layers)}"
+    agg = {"mean": " averaged", "concat": " concatenated"}.get(spec.layer_agg, f" ({spec.layer_agg})") if many else ""
+    return said + agg + (", normalized" if spec.normalize else "")
 
 
 def _set_names(sets) -> list[str] | None:
@@ -196,8 +214,9 @@ def sweep(input: str | os.PathLike, sets=None, *, label: str | None = None, samp
     """Compare feature sets of a sample of ``input``'s rows (see the module docstring) -> the report, a JSON-able
     dict. ``sets``: names as ``DEFAULT_SETS`` (default: those, less any the model cannot give); ``sample``: rows
     compared at most (a uniform sample); ``n_components``: the k of the probe on principal components (default
-    64); given, the best set is the best on those k components (the features as a pipeline that keeps k will use
-    them), else on all its features; ``output``: a prefix, to write the report as PREFIX.json and PREFIX.md (checked
+    64; a set whose PCA has fewer, min(rows, features), is probed on all it has: the report's ``n_components`` is
+    the most used, ``n_components_requested`` k); given, the best set is the best on those k components (the
+    features as a pipeline that keeps k will use them), else on all its features; ``output``: a prefix, to write the report as PREFIX.json and PREFIX.md (checked
     before any work: existing files need ``overwrite``; the CLI's default is ``default_prefix(input)``);
     ``progress(what)``: told each step; ``bar``: a progress object (``progress.NullProgress``'s methods) told the rows
     read and encoded.
@@ -323,9 +342,12 @@ def _compare(enc, chosen: list, skipped: list, drawn: dict, reader, label: str |
         best_all = max(results, key=lambda e: e["probe"]["accuracy"])["name"]
         best_pca = max(results, key=lambda e: e["probe"]["accuracy_pca"])["name"]
         counts = np.bincount(codes, minlength=len(classes))
-        report.update({"label": label, "folds": folds, "classes": len(classes), "n_components": int(n_components),
+        used = max(e["probe"]["components"] for e in results)  # what the probe used, not what was asked
+        report.update({"label": label, "folds": folds, "classes": len(classes), "n_components": used,
+                       "n_components_requested": int(n_components),
                        "class_counts": {str(v): int(c) for v, c in zip(classes, counts)},
-                       "notes": _small_classes(classes, counts, folds),
+                       "notes": _small_classes(classes, counts, folds)
+                       + (_fewer_components(results, int(n_components), n) if ranked_on_pca else []),
                        "majority_baseline": float(np.mean(majority_accuracy(codes, fold, len(classes)))),
                        "best": best_pca if ranked_on_pca else best_all, "ranked_on": "pca" if ranked_on_pca else "all",
                        "best_all": best_all, "best_pca": best_pca})
@@ -371,6 +393,27 @@ def _small_classes(classes: list, counts: np.ndarray, folds: int) -> list[str]:
     return [f"{len(small)} of {len(classes)} classes have fewer labelled rows than the {folds} folds: {said}; the probe "
             "can hardly learn them (a row whose class has no other row is always missed): sweep more rows of them, or "
             "fewer folds"]
+
+
+def _fewer_components(results: list, asked: int, rows: int) -> list[str]:
+    """A note where a set's PCA has fewer components than ``asked`` (at most min(rows, features)): its probe used all
+    it has, so the best set was ranked on fewer (the report said 5000 where 40 were used)."""
+    fewer = [(e["name"], e["probe"]["components"]) for e in results if e["probe"]["components"] < asked]
+    if not fewer:
+        return []
+    if len(fewer) == len(results) and len({k for _, k in fewer}) == 1:
+        used = f"used {fewer[0][1]} of the {asked} asked for"
+    else:
+        used = f"used fewer than the {asked} asked for on {len(fewer)} of {len(results)} sets: " + ", ".join(
+            f"{name} {k}" for name, k in fewer[:5]) + (f" and {len(fewer) - 5} more" if len(fewer) > 5 else "")
+    return [f"the probe on principal components {used} (a set's PCA has no more components than the {rows} rows "
+            "compared or its features)" + ("; sweep more rows for more" if any(k == rows for _, k in fewer) else "")]
+
+
+def pcs_said(report: dict) -> str:
+    """The principal components the sets' probe used: ``40``, or ``384-500`` where sets have fewer than others."""
+    ks = [e["probe"]["components"] for e in report["sets"]]
+    return str(max(ks)) if min(ks) == max(ks) else f"{min(ks)}-{max(ks)}"
 
 
 def _class_name(v) -> str:
@@ -545,7 +588,7 @@ def render_markdown(report: dict) -> str:
     lines += [f"Note: {_md(note)}." for note in report.get("notes", [])] + ([""] if report.get("notes") else [])
     head = ["set", "`bertfeat extract` options", "dim", "PCs for 90 %", "PCs for 95 %", "Minka MLE"]
     if probe:
-        head += ["probe accuracy %", f"probe on {report['n_components']} PCs %"]
+        head += ["probe accuracy %", f"probe on {pcs_said(report)} PCs %"]
     lines += ["| " + " | ".join(head) + " |", "|" + "---|" * 2 + "---:|" * (len(head) - 2)]
     for e in report["sets"]:
         t = {x["fraction"]: x["components"] for x in e["thresholds"]}

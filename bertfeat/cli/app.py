@@ -267,7 +267,7 @@ def sweep(
     output: Optional[str] = typer.Option(None, "-o", "--output", help="Prefix of the report files PREFIX.json and PREFIX.md (default: INPUT.sweep beside the input)."),
     sample: int = typer.Option(5000, "--sample", help="Rows compared at most: a uniform sample of the input."),
     seed: int = typer.Option(0, "--seed", help="Seed of the sample and of the probe's folds."),
-    n_components: Optional[int] = typer.Option(None, "-n", "--n-components", help="With --label: also probe the first N principal components of each set (default 64); given, the best set is ranked on those N components (the width your pipeline keeps), else on all its features."),
+    n_components: Optional[int] = typer.Option(None, "-n", "--n-components", help="With --label: also probe the first N principal components of each set (default 64; all of them where a set has fewer, min(rows, features)); given, the best set is ranked on those N components (the width your pipeline keeps), else on all its features."),
     text_column: Optional[str] = typer.Option(None, "--text-column", help="Column with the text (default: as extract)."),
     pair_column: Optional[str] = typer.Option(None, "--pair-column", help="Second text of a sentence pair (token type ids 1)."),
     input_format: Optional[str] = typer.Option(None, "--input-format", help="csv, tsv, parquet or jsonl (default: from the extension)."),
@@ -315,13 +315,14 @@ def render_sweep(r: dict) -> None:
     """The sweep's table on stdout, the files written on stderr."""
     from rich.table import Table
 
-    from ..sweep import rows_said
+    from ..sweep import pcs_said, rows_said
 
     probe = "label" in r
+    pcs = pcs_said(r) if probe else ""  # the components used: -n asked past a set's rows or features uses fewer
     caption = f"{r['input']}: {rows_said(r)}, {r['model']} ({r['precision']})"
     if probe:
         caption += f"; {r['label']}: {r['classes']} classes, {r['folds']}-fold, majority {100 * r['majority_baseline']:.2f} %"
-        caption += (f"; best on the first {r['n_components']} PCs" if r["ranked_on"] == "pca" else
+        caption += (f"; best on the first {pcs} PCs" if r["ranked_on"] == "pca" else
                     "; best on all features (-n N ranks on N PCs)")
     t = Table(title="Feature sets", caption=caption)
     t.add_column("set")
@@ -329,13 +330,14 @@ def render_sweep(r: dict) -> None:
         t.add_column(name, justify="right")
     if probe:
         t.add_column("probe %", justify="right")
-        t.add_column(f"on {r['n_components']} PCs %", justify="right")
+        t.add_column(f"on {pcs} PCs %", justify="right")
     for e in r["sets"]:
         need = {x["fraction"]: x["components"] for x in e["thresholds"]}
         row = [e["name"] + (" (best)" if r.get("best") == e["name"] else ""), str(e["dim"]), str(need.get(0.9)),
                str(need.get(0.95))]
         if probe:
-            row += [f"{100 * e['probe']['accuracy']:.2f}", f"{100 * e['probe']['accuracy_pca']:.2f}"]
+            row += [f"{100 * e['probe']['accuracy']:.2f}", f"{100 * e['probe']['accuracy_pca']:.2f}"
+                    + (f" ({e['probe']['components']})" if "-" in pcs else "")]  # sets differ: each one's
         t.add_row(*row)
     out_console.print(t)
     for s in r["skipped"]:
@@ -345,10 +347,10 @@ def render_sweep(r: dict) -> None:
     if r.get("best"):
         best = next(e for e in r["sets"] if e["name"] == r["best"])
         how = best["options"] or "(no options: the model's own embedding)"
-        on = f"on the first {r['n_components']} principal components" if r["ranked_on"] == "pca" else "on all features"
+        on = f"on the first {pcs} principal components" if r["ranked_on"] == "pca" else "on all features"
         other = r["best_all"] if r["ranked_on"] == "pca" else r["best_pca"]
         err_console.print(f"best {on}: {best['name']}, bertfeat extract {how}"
-                          + (f" (on {'all features' if r['ranked_on'] == 'pca' else str(r['n_components']) + ' PCs'}: "
+                          + (f" (on {'all features' if r['ranked_on'] == 'pca' else pcs + ' PCs'}: "
                              f"{other})" if other != best["name"] else ""), markup=False, highlight=False, soft_wrap=True)
     if r.get("cache"):
         err_console.print(f"cache {r['cache']}: {r['rows_cached']:,} rows reused, {r['rows_encoded']:,} encoded",

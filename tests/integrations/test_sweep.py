@@ -74,11 +74,45 @@ def test_sets_parse_to_the_extract_options_that_give_them(enc):
                   "layers) - name each layer once: --layers '6'"),
     ("mean+mean@-2", "Error: feature set 'mean+mean@-2': --pooling 'mean+mean' names mean twice - name each pooling "
                      "once: --pooling 'mean'"),
+    # own takes no layers: read as the pooling 'own', it was "unknown --pooling 'own' - choose one of pooled, cls, ..."
+    ("own@-2", "Error: feature set 'own@-2': own (the model's own embedding) takes no @LAYERS - give own, or "
+               "POOLING@LAYERS such as mean@-2"),
+    ("own@-1@concat", "Error: feature set 'own@-1@concat': own (the model's own embedding) takes no @LAYERS - give own, "
+                      "or POOLING@LAYERS such as mean@-2"),
 ])
 def test_a_set_the_model_cannot_give_is_refused_before_any_work(tmp_path, small_csv, name, message, capsys):
     assert main(["sweep", str(small_csv), "--set", name, "-o", str(tmp_path / "s"), "-q"]) == 1
     assert capsys.readouterr().err.strip() == message
     assert list(tmp_path.iterdir()) == []
+
+
+# Found by a review: the check compared spellings, so mean and mean@-1 (mean@6 and mean@-1 on the 6-layer MiniLM) were
+# two sets, encoded, probed and ranked with the same numbers; only mean twice was refused.
+@pytest.mark.parametrize("names, args, message", [
+    (["mean", "mean"], [], "the feature set 'mean' was given twice - name each set once"),
+    (["mean", "mean@-1"], [], "the feature sets 'mean' and 'mean@-1' are one set (pooling mean, layer 6) - name each "
+                              "set once"),
+    (["mean@6", "cls", "mean@-1"], [], "the feature sets 'mean@6' and 'mean@-1' are one set (pooling mean, layer 6) - "
+                                       "name each set once"),
+    (["mean@-2:", "mean@5,6@mean"], [], "the feature sets 'mean@-2:' and 'mean@5,6@mean' are one set (pooling mean, "
+                                        "layers 5,6 averaged) - name each set once"),
+    # MiniLM's own embedding is mean pooling, normalized: --normalize makes mean the same set
+    (["own", "mean"], ["--normalize"], "the feature sets 'own' and 'mean' are one set (pooling mean, layer 6, "
+                                       "normalized) - name each set once"),
+])
+def test_two_spellings_of_one_set_are_refused_naming_both(tmp_path, small_csv, capsys, names, args, message):
+    argv = ["sweep", str(small_csv), "-o", str(tmp_path / "s"), "-q", *args]
+    assert main(argv + [w for n in names for w in ("--set", n)]) == 1
+    assert capsys.readouterr() == ("", f"Error: {message}\n")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_default_set_that_is_another_set_again_is_skipped(enc):
+    """The default sets with normalize=True: mean is own again on MiniLM, listed as skipped with why."""
+    sets, skipped = parse_sets(DEFAULT_SETS, enc, normalize=True, strict=False)
+    assert skipped == [{"name": "mean", "why": "the same set as 'own' (pooling mean, layer 6, normalized)"}]
+    assert [s.name for s in sets] == [n for n in DEFAULT_SETS if n != "mean"]
+    assert parse_sets(DEFAULT_SETS, enc, strict=False)[1] == []  # not normalized, mean is not own
 
 
 # --------------------------------------------------------------------------- options every set shares
@@ -282,10 +316,13 @@ def test_unlabelled_and_bad_rows(tmp_path):
 def test_default_sets_skip_what_the_model_cannot_give(make_ckpt, tmp_path, small_csv):
     d = make_ckpt(hidden=64, heads=4, layers=2, pooler=False, seed=11)
     r = sweep(small_csv, model=d, sample=30)
-    assert [s["name"] for s in r["skipped"]] == ["pooled", "mean@-4:", "mean@-4:@concat"]
-    assert r["skipped"][0]["why"].startswith("pooling 'pooled' is unavailable")
-    assert r["skipped"][1]["why"] == "--layers '-4:' reaches past the model: it has 2 layers (hidden states 0..2, or -3..-1)"
-    assert [s["name"] for s in r["sets"]] == [n for n in DEFAULT_SETS if n not in ("pooled", "mean@-4:", "mean@-4:@concat")]
+    # a plain BERT's own embedding is mean pooling: mean is the same set (it was computed and ranked twice)
+    assert [s["name"] for s in r["skipped"]] == ["mean", "pooled", "mean@-4:", "mean@-4:@concat"]
+    assert r["skipped"][0]["why"] == "the same set as 'own' (pooling mean, layer 2)"
+    assert r["skipped"][1]["why"].startswith("pooling 'pooled' is unavailable")
+    assert r["skipped"][2]["why"] == "--layers '-4:' reaches past the model: it has 2 layers (hidden states 0..2, or -3..-1)"
+    assert [s["name"] for s in r["sets"]] == [n for n in DEFAULT_SETS
+                                             if n not in ("mean", "pooled", "mean@-4:", "mean@-4:@concat")]
     with pytest.raises(BertfeatError, match="^feature set 'pooled': pooling 'pooled' is unavailable"):
         sweep(small_csv, ["pooled"], model=d)  # named by the user: an error
 
@@ -639,7 +676,7 @@ def test_the_markdown_report_escapes_control_characters_and_pipes(tmp_path, caps
     d = tmp_path / "we\nird\x1b[2J\u202e"
     d.mkdir()
     path = _labelled_csv(d / "l.csv", ["a", "b"] * 10)
-    assert main(["sweep", str(path), "--set", "own", "--set", "mean", "--prompt", "query | x: ", "-m", str(tiny_model()),
+    assert main(["sweep", str(path), "--set", "own", "--set", "cls", "--prompt", "query | x: ", "-m", str(tiny_model()),
                  "-o", str(tmp_path / "s"), "-q"]) == 0
     md = (tmp_path / "s.md").read_text(encoding="utf-8")
     assert md.startswith(f"# Feature sets of {tmp_path}/we\\nird\\x1b[2J\\u202e/l.csv\n\n")
@@ -705,3 +742,55 @@ def test_rows_the_model_refuses_are_left_out_before_the_sample_is_drawn(small_cs
         __import__("bertfeat").extract(str(small_csv), str(tmp_path / "e.parquet"), quiet=True,
                                        **kw | {"on_bad_row": "error"})
     assert e.value.what == f.value.what
+
+
+# Found by a review: -n K past what a set's PCA has (min(rows, features)) probed all it has and said K: "on 5000 PCs %",
+# "best on the first 5000 PCs", "best on the first 5000 principal components" and the JSON's n_components 5000, where
+# each set's probe.components was 40 (only the Markdown's cells said it); the default -n 64 did the same.
+def test_the_probe_on_fewer_components_than_asked_says_the_number_used(tmp_path, small_csv, capsys):
+    from extract_util import tiny_model
+
+    args = ["sweep", str(small_csv), "--set", "mean", "--set", "cls", "--label", "label", "-m", str(tiny_model()),
+            "--sample", "20"]  # the tiny model's sets have 32 features; 20 rows: 20 components
+    assert main(args + ["-n", "5000", "-o", str(tmp_path / "a")]) == 0
+    out, err = capsys.readouterr()
+    r = json.loads((tmp_path / "a.json").read_text())
+    assert (r["n_components"], r["n_components_requested"]) == (20, 5000)
+    assert [e["probe"]["components"] for e in r["sets"]] == [20, 20]
+    note = ("the probe on principal components used 20 of the 5000 asked for (a set's PCA has no more components than "
+            "the 20 rows compared or its features); sweep more rows for more")
+    assert r["notes"] == [note] and f"note: {note}\n" in err
+    table = " ".join(out.replace("│", " ").split())
+    assert "on 20 PCs %" in table and "best on the first 20 PCs" in table and "5000" not in out
+    how = {"mean": "--pooling mean", "cls": "--pooling cls"}
+    assert f"best on the first 20 principal components: {r['best']}, bertfeat extract {how[r['best']]}" in err
+    md = (tmp_path / "a.md").read_text()
+    assert "| probe on 20 PCs % |" in md and f"\nNote: {note}.\n" in md
+
+    assert main(args + ["-o", str(tmp_path / "b")]) == 0  # -n not given: 64, said as used, and no note
+    out, err = capsys.readouterr()
+    r = json.loads((tmp_path / "b.json").read_text())
+    assert (r["n_components"], r["n_components_requested"], r["notes"], r["ranked_on"]) == (20, 64, [], "all")
+    assert "on 20 PCs %" in out and "64" not in out and "64" not in err
+    assert "| probe on 20 PCs % |" in (tmp_path / "b.md").read_text()
+
+
+def test_sets_probed_on_different_numbers_of_components_say_each(tmp_path, small_csv, capsys):
+    """-n 50 of 120 rows: mean has 32 features (32 components), two layers concatenated 64: probed on 32 and 50."""
+    from extract_util import tiny_model
+
+    assert main(["sweep", str(small_csv), "--set", "mean", "--set", "mean@-2:@concat", "--label", "label", "-m",
+                 str(tiny_model()), "-n", "50", "-o", str(tmp_path / "s")]) == 0
+    out, err = capsys.readouterr()
+    r = json.loads((tmp_path / "s.json").read_text())
+    assert [e["probe"]["components"] for e in r["sets"]] == [32, 50]
+    assert (r["n_components"], r["n_components_requested"]) == (50, 50)
+    note = ("the probe on principal components used fewer than the 50 asked for on 1 of 2 sets: mean 32 (a set's PCA "
+            "has no more components than the 120 rows compared or its features)")
+    assert r["notes"] == [note] and f"note: {note}\n" in err
+    table = " ".join(out.replace("│", " ").split())
+    assert "on 32-50 PCs %" in table and "best on the first 32-50 PCs" in table
+    assert f"{100 * r['sets'][0]['probe']['accuracy_pca']:.2f} (32)" in table
+    assert f"{100 * r['sets'][1]['probe']['accuracy_pca']:.2f} (50)" in table
+    assert f"best on the first 32-50 principal components: {r['best']}," in err
+    assert "| probe on 32-50 PCs % |" in (tmp_path / "s.md").read_text()
