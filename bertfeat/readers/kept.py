@@ -432,6 +432,8 @@ def cast_values(column: str, values, typ: pa.DataType) -> tuple[list, dict[int, 
     of those that do not cast and why their rows are bad; such a value is left as it was, for the rejects file)."""
     if isinstance(values, pa.ChunkedArray):
         values = values.combine_chunks()
+    if pa.types.is_float16(values.type) and (pa.types.is_string(typ) or pa.types.is_large_string(typ)):
+        values = _float16_shortest(values)
     try:
         return _in_range(column, values, values.cast(typ).to_pylist())
     except (pa.ArrowException, UnicodeDecodeError):
@@ -455,6 +457,13 @@ def cast_values(column: str, values, typ: pa.DataType) -> tuple[list, dict[int, 
                                                         f"{_WORDS[str(typ)][0]} {_whose(str(typ), True)} ({one_line(e, 80)})"))
     out, past = _in_range(column, values, out)  # the batch's others as when all cast (1e400 is not a bad row either)
     return out, {**bad, **past}
+
+
+def _float16_shortest(values: pa.Array) -> pa.Array:
+    """float16 values as the doubles of their shortest text (0.1 for the float16 nearest it): Arrow casts a float16 to
+    text through the double it widens to (``0.0999755859375``), where float32 gets its own shortest (``0.1``). The
+    double of a float16's shortest digits prints as those digits, in Arrow's style (``65504``, ``-0``, ``6e-8``)."""
+    return pa.array([None if v is None else float(str(np.float16(v))) for v in values.to_pylist()], pa.float64())
 
 
 def _not_utf8_at(one, typ: pa.DataType) -> int:

@@ -253,6 +253,22 @@ def test_parquet_keeps_the_schema_types(tmp_path):
     assert b.extra["cat"] == ["x", "y"] and b.extra["small"] == [1, None]
 
 
+def test_a_parquet_float16_given_str_is_its_shortest_text_as_float32_is(tmp_path):
+    """A float16 column given :str was Arrow's cast through the double it widens to, '0.0999755859375', where float32
+    gave '0.1' and the CSV output and rejects file the float16's shortest text (a helper's review). Each text reads
+    back as the same float16."""
+    path = tmp_path / "h.parquet"
+    values = [0.1, -0.0, float("nan"), float("inf"), 65504.0, 6e-8, 1.0, 1234.0, None]
+    pq.write_table(pa.table({"text": ["t"] * len(values),
+                             "h": pa.array([None if v is None else np.float16(v) for v in values], pa.float16()),
+                             "f": pa.array(values, pa.float32())}), path)
+    (b,) = list(open_input(str(path), keep=["h", "f"], keep_as={"h": "str", "f": "str"}).batches())
+    assert b.extra["h"] == ["0.1", "-0", "nan", "inf", "65500", "6e-8", "1", "1234", None]
+    assert b.extra["f"][:2] == ["0.1", "-0"]
+    for text, v in zip(b.extra["h"][:-1], values[:-1]):
+        assert np.float16(float(text)) == np.float16(v) or math.isnan(v)
+
+
 @pytest.mark.parametrize("fmt", ["csv", "parquet"])
 def test_kept_values_read_back_as_written(tmp_path, fmt):
     """A CSV output read back by bertfeat gave NaN as null ("nan" was a null value), decimal128 as double (its type
