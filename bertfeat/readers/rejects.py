@@ -77,12 +77,13 @@ def _plain_id(ident):
 
 
 def _writable(v):
-    """A string as the rejects file can hold it: an unpaired surrogate (from a JSON escape) written as its escape."""
+    """A string as the rejects file can hold it: an unpaired surrogate (from a JSON escape) written as its escape, and
+    then a backslash of the string doubled (a written ``\\ud800`` is not the surrogate: as ``bytes_text`` shows bytes)."""
     if isinstance(v, str):
         try:
             v.encode("utf-8")
         except UnicodeEncodeError:
-            return v.encode("utf-8", errors="backslashreplace").decode("utf-8")
+            return v.replace("\\", "\\\\").encode("utf-8", errors="backslashreplace").decode("utf-8")
     return v
 
 
@@ -211,9 +212,14 @@ def _csv_line(fields: list[str | None]) -> str:
 
 
 def shown_text(v: bytes) -> str:
-    """A text value's bytes as the rejects file (and a message) shows them: UTF-8 as it is, a byte that is not UTF-8 as
-    \\xNN (replaced by U+FFFD, the byte was lost to whoever fixes the row)."""
-    return bytes(v).decode("utf-8", errors="backslashreplace")
+    """A text value's bytes as the rejects file (and a message) shows them: UTF-8 as it is; a value with a byte that is
+    not UTF-8 as ``bytes_text`` shows it, the byte as \\xNN (replaced by U+FFFD, the byte was lost to whoever fixes the
+    row) and so a backslash of its own doubled (a written ``\\xff`` was shown as the byte)."""
+    b = bytes(v)
+    try:
+        return b.decode("utf-8")
+    except UnicodeDecodeError:
+        return bytes_text(b)
 
 
 def bytes_text(v: bytes) -> str:

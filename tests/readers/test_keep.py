@@ -622,6 +622,27 @@ def test_a_jsonl_value_of_another_kind_than_its_given_type_says_what_jsonl_reads
     assert pq.read_table(tmp_path / "o.parquet").column("a").to_pylist() == ["7", "8"]
 
 
+def test_the_rejects_file_doubles_a_backslash_of_a_value_it_shows_with_escapes(tmp_path, capsys):
+    """A written `\\xff` and the byte 0xFF were both shown `\\xff` (a JSONL `\\\\ud800` and an unpaired surrogate
+    `\\ud800` too), so the rejects file lost which one the row held (a helper's review). A value shown with an escape
+    now doubles its own backslashes, as a binary value's are; a value without one is shown as it is."""
+    src = tmp_path / "b.csv"
+    src.write_bytes(b"text,k\n,\\xff lit\nok,\xff real\nok2,a\\b\xff\n")
+    rc, _, err = run(capsys, "extract", src, "-o", tmp_path / "o.parquet", "--model", tiny_model(), "--keep", "k",
+                     "--on-bad-row", "skip", "-q")
+    assert rc == 0, err
+    assert [r[3] for r in read_rejects(tmp_path / "o.parquet.rejects.csv")[1:]] == ["\\xff lit", "\\xff real",
+                                                                                     "a\\\\b\\xff"]
+    src = tmp_path / "s.jsonl"
+    src.write_text('{"text": "", "k": "\\\\ud800 lit"}\n{"text": "ok", "k": "\\ud800 real"}\n'
+                   '{"text": "ok", "k": "a\\\\b\\ud800"}\n')
+    rc, _, err = run(capsys, "extract", src, "-o", tmp_path / "j.parquet", "--model", tiny_model(), "--keep", "k",
+                     "--on-bad-row", "skip", "-q")
+    assert rc == 0, err
+    assert [r[3] for r in read_rejects(tmp_path / "j.parquet.rejects.csv")[1:]] == ["\\ud800 lit", "\\ud800 real",
+                                                                                     "a\\\\b\\ud800"]
+
+
 def test_a_parquet_float32_that_does_not_cast_is_named_as_the_file_holds_it(tmp_path, capsys):
     """The reason quoted a float32 0.1 as the double it widens to ("0.10000000149011612") beside a cell of 0.1."""
     src = tmp_path / "p.parquet"
