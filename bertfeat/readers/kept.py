@@ -583,8 +583,9 @@ def duplicate_field(t: pa.DataType) -> str | None:
 def shown_values(values) -> list | None:
     """A Parquet column's values as the rejects file shows them, where ``str`` of their Python objects would show
     another value than the file holds: float16 / float32 as their shortest text (``0.1``, not the double it widens to,
-    0.10000000149011612), binary as ``bytes_text`` (not UTF-8 with U+FFFD for a byte that is not); None for other
-    types (their objects show them)."""
+    0.10000000149011612), binary as ``bytes_text`` (not UTF-8 with U+FFFD for a byte that is not), a timestamp with a
+    time zone in UTC and a duration as its count of units (as a CSV output writes them); None for other types (their
+    objects show them)."""
     if isinstance(values, pa.ChunkedArray):
         values = values.combine_chunks()
     if pa.types.is_dictionary(values.type):
@@ -596,6 +597,10 @@ def shown_values(values) -> list | None:
     if (pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_fixed_size_binary(t)
             or getattr(pa.types, "is_binary_view", lambda _: False)(t)):
         return [None if v is None else bytes_text(v) for v in values.to_pylist()]
+    if pa.types.is_timestamp(t) and t.tz is not None:  # in UTC, as a CSV output writes it: Python's str of the local
+        return values.cast(pa.timestamp(t.unit, "UTC")).cast(pa.string()).to_pylist()  # time cut the offset to minutes
+    if pa.types.is_duration(t):  # its count of units, as a CSV output writes it (str: "-1 day, 23:59:59.999000")
+        return values.cast(pa.int64()).cast(pa.string()).to_pylist()
     return None
 
 

@@ -643,6 +643,23 @@ def test_the_rejects_file_doubles_a_backslash_of_a_value_it_shows_with_escapes(t
                                                                                      "a\\\\b\\ud800"]
 
 
+def test_the_rejects_file_shows_zoned_timestamps_and_durations_as_a_csv_output_writes_them(tmp_path, capsys):
+    """A timestamp in America/New_York at 0001-01-01T00:00Z was shown '0000-12-31 19:03:58.000000-0456' (year 0, the
+    offset -04:56:02 cut to minutes: it parses back 2 s off) and a duration of -1 ms '-1 day, 23:59:59.999000'
+    (Python's str; a helper's review). Both are now shown as the CSV output writes them: UTC with Z, and the count."""
+    src = tmp_path / "t.parquet"
+    pq.write_table(pa.table({"text": [None, "a cat"],
+                             "ts": pa.array([-62135596800000000, 0], pa.timestamp("us", tz="America/New_York")),
+                             "du": pa.array([-1, 1], pa.duration("ms"))}), src)
+    rc, _, err = run(capsys, "extract", src, "-o", tmp_path / "o.csv", "--model", tiny_model(), "--keep", "ts,du",
+                     "--on-bad-row", "skip", "-q")
+    assert rc == 0, err
+    assert read_rejects(tmp_path / "o.csv.rejects.csv")[1][3:] == ["0001-01-01 00:00:00.000000Z", "-1"]
+    with open(tmp_path / "o.csv", newline="") as fh:
+        row = list(csv.reader(fh))[1]
+    assert row[4:6] == ["1970-01-01 00:00:00.000000Z", "1"]
+
+
 def test_a_parquet_float32_that_does_not_cast_is_named_as_the_file_holds_it(tmp_path, capsys):
     """The reason quoted a float32 0.1 as the double it widens to ("0.10000000149011612") beside a cell of 0.1."""
     src = tmp_path / "p.parquet"
