@@ -310,7 +310,7 @@ class Reader:
         of those ``keep_as`` gives none (the format's ``_decide_keep_types``)."""
         for col in keep:
             if col not in self.columns:
-                near = None if col == label else near_miss(col, self.columns, keep, keep_as)
+                near = _typed_label(col, self.columns) if col == label else near_miss(col, self.columns, keep, keep_as)
                 raise InputError(f"{self.name}: {opt('label' if col == label else 'keep')} '{col}' is not a column"
                                  f"{self._columns_of()}{near[0] if near else ''}",
                                  near[1] if near else
@@ -499,11 +499,26 @@ def near_miss(name: str, cols: list[str], keep: tuple[str, ...] = (),
     base, _, typ = name.rpartition(":")
     if base in cols:
         spelled = typ.strip().lower()
-        why = ("one type at most follows it" if typ in TYPE_NAMES else "nothing follows its colon" if not typ else
+        if typ in TYPE_NAMES:  # (a list or dict given to keep= names each column exactly: no type is read there)
+            return (f" ('{base}' is; a type follows a column's name in {opt('keep')}'s text alone, one at most)",
+                    f"give its type so, e.g. {opt('keep', base + ':' + typ)}")
+        why = ("nothing follows its colon" if not typ else
                f"'{typ}' is {'the type ' + spelled + ' written otherwise' if spelled in TYPE_NAMES else 'no type'}, so "
                "the whole text was read as the name")
         return f" ('{base}' is; {why})", f"give its type as int, float, bool or str, e.g. {opt('keep', base + ':int')}"
     return None
+
+
+def _typed_label(name: str, cols: list[str]) -> tuple[str, str] | None:
+    """A label given with a type (``label:str``) where ``label`` is a column: (why, fix), the type going with keep."""
+    from .kept import TYPE_NAMES
+
+    base, _, typ = name.rpartition(":")
+    if base not in cols or typ.strip().lower() not in TYPE_NAMES:
+        return None
+    return (f" ('{base}' is; {opt('label')} names the column alone)",
+            f"pass {opt('label', base, cli=shlex.quote(base))}, and give its type in {opt('keep')} "
+            f"(e.g. {opt('keep', base + ':' + typ.strip().lower())})")
 
 
 def _keep_written(keep: tuple[str, ...], keep_as: dict[str, str], cols: list[str]) -> str:

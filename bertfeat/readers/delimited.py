@@ -151,8 +151,9 @@ class CsvReader(TextReader):
         """The header as pyarrow parses it (so the names always match the streaming reader's)."""
         if not head and self.path == "-":
             raise stdin_empty_error(f"{self.fmt.upper()} whose first line names the columns")
-        if not head.strip():
-            raise InputError(f"{self.name}: the file is empty", "the first line must name the columns")
+        if not head.strip():  # (as JSONL says it: a file of blank lines is not "empty" to whoever opens it)
+            what = "the file is empty" + (" (blank lines only)" if head else "")
+            raise InputError(f"{self.name}: {what}", "the first line must name the columns")
         from .csvcheck import likely_delimiters_in, name_of, sniff_delimiter
 
         self._refuse_json(head)

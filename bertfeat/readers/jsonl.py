@@ -421,8 +421,8 @@ _TR_CR = "tr '\\r' '\\n'"  # CR line ends to line feeds
 
 
 def _refuse_json_document(name: str, head: bytes, lines: list[bytes]) -> None:
-    """A JSON array written over several lines (a .json export: its first line "[" is no JSON value), or lines that
-    end in CR alone, is not JSON Lines: said as such, with the conversion, rather than as a bad row 0 or a file
+    """A JSON array or object written over several lines (a .json export: its first line "[" or "{" is no JSON value),
+    or lines that end in CR alone, is not JSON Lines: said as such, with the conversion, rather than as a bad row 0 or a file
     that might be CSV."""
     first = next((line.strip() for line in lines if line.strip()), b"").lstrip(b"\xef\xbb\xbf")
     src, stem = ("FILE", "NAME") if name == "<stdin>" else (shlex.quote(name), Path(name).stem)
@@ -435,10 +435,24 @@ def _refuse_json_document(name: str, head: bytes, lines: list[bytes]) -> None:
             raise InputError(f"{name}: a JSON array over several lines (one document), not JSON Lines (one object "
                              "per line)", f"write one object per line, e.g. jq -c '.[]' {src} > "
                              f"{shlex.quote(whole)}") from None
+    if first.startswith(b"{") and _object_over_lines(head):
+        raise InputError(f"{name}: a JSON object over several lines (pretty-printed), not JSON Lines (one object "
+                         "per line)", f"write each object on one line, e.g. jq -c . {src} > {shlex.quote(whole)}")
     if head.count(b"\r") > 1 and b"\n" not in head:
         raise InputError(f"{name}: its lines end in CR alone (old Mac line ends), which JSON Lines does not take",
                          f"convert the line ends, e.g. "
                          f"{convert_line('-' if name == '<stdin>' else name, _TR_CR, 'lf', 'jsonl')}")
+
+
+def _object_over_lines(head: bytes) -> bool:
+    """Does the head start with one JSON object written over several lines (pretty-printed)? Not a first line that is
+    an object gone wrong (a trailing comma) with lines after it: that is a bad row, said with the JSON error."""
+    text = head.decode("utf-8", errors="replace").lstrip("\ufeff \t\r\n")
+    try:
+        _, end = json.JSONDecoder().raw_decode(text)
+    except (ValueError, RecursionError):  # (nested too deeply: a bad row, said as such)
+        return False
+    return "\n" in text[:end]
 
 
 def _raw_control(e: BaseException) -> str | None:

@@ -227,11 +227,19 @@ def keep_columns(keep) -> list[tuple[str, str | None]]:
         pairs = [(k, None) for k in keep]
     elif isinstance(keep, dict) and all(isinstance(k, str) and (t is None or t in TYPE_NAMES) for k, t in keep.items()):
         pairs = list(keep.items())
+    elif isinstance(keep, dict) and all(isinstance(k, str) for k in keep):  # the names are; a type is not
+        name, typ = next((k, t) for k, t in keep.items() if t is not None and t not in TYPE_NAMES)
+        raise BertfeatError(f"{opt('keep', keep)}: {typ!r} (the type of {name!r}) is not a type",
+                            f"give one of {', '.join(TYPE_NAMES)}, or None for the input's own")
     else:
         raise BertfeatError(f"{opt('keep', keep)} is not a column name or a list of them",
                             f'give keep="label", keep=["label", "split"] or keep={{"label": "int"}} (types: '
                             f'{", ".join(TYPE_NAMES)})')
     names = [n for n, _ in pairs]
+    if isinstance(keep, str) and not keep:  # (--keep "$COLUMNS" with the variable empty; a blank name is a name)
+        raise BertfeatError(f"{opt('keep', keep, cli=repr(keep))} names no column",
+                            "give the columns to keep, e.g. label,split, or leave it out; a column that has no name in "
+                            "the input cannot be kept (a kept column keeps its name in the output): name it there")
     if any(not n for n in names):
         if not isinstance(keep, str) or re.search(r'(^|,)\s*""(:\w*)?\s*(,|$)', keep):  # asked for by name
             raise BertfeatError(f"{opt('keep', keep, cli=repr(keep))} names the column that has no name, and a kept "

@@ -305,6 +305,22 @@ def small(tmp_path) -> Path:
      "--keep names the column 'label' 2 times - name each column once"),
     (dict(keep="label,"), "keep='label,' holds an empty column name - separate the column names with single commas, e.g. label,split",
      "--keep 'label,' holds an empty column name - separate the column names with single commas, e.g. label,split"),
+    (dict(keep=""), "keep='' names no column - give the columns to keep, e.g. label,split, or leave it out; a column "
+     "that has no name in the input cannot be kept (a kept column keeps its name in the output): name it there",
+     "--keep '' names no column - give the columns to keep, e.g. label,split, or leave it out; a column that has no "
+     "name in the input cannot be kept (a kept column keeps its name in the output): name it there"),
+    (dict(keep=["label:str"]), "{src}: keep 'label:str' is not a column ('label' is; a type follows a column's name in "
+     "keep's text alone, one at most) - give its type so, e.g. keep='label:str'", None),
+    (dict(keep="label:str:str"), "{src}: keep 'label:str' is not a column ('label' is; a type follows a column's name in "
+     "keep's text alone, one at most) - give its type so, e.g. keep='label:str'",
+     "{src}: --keep 'label:str' is not a column ('label' is; a type follows a column's name in --keep's text alone, "
+     "one at most) - give its type so, e.g. --keep label:str"),
+    (dict(keep={"label": "integer"}), "keep={{'label': 'integer'}}: 'integer' (the type of 'label') is not a type - give "
+     "one of int, int64, float, double, bool, str, string, or None for the input's own", None),
+    (dict(keep="label", label="label:str", pca=2), "{src}: label 'label:str' is not a column ('label' is; label names "
+     "the column alone) - pass label='label', and give its type in keep (e.g. keep='label:str')",
+     "{src}: --label 'label:str' is not a column ('label' is; --label names the column alone) - pass --label label, and "
+     "give its type in --keep (e.g. --keep label:str)"),
     (dict(keep='"",label'), "keep='\"\",label' names the column that has no name, and a kept column keeps its name in "
      "the output - name that column in the input (pandas writes its index without a name: "
      "df.to_csv(index_label='id')), or keep the other columns only",
@@ -379,6 +395,8 @@ def _refused(small, tmp_path, capsys, kw, python, cli):
     with pytest.raises(BertfeatError) as e:
         bertfeat.extract(str(small), str(out), model=tiny_model(), **kw)
     assert e.value.message == python.format(src=small)
+    if cli is None:  # (a list or dict: Python's alone)
+        return
     args = [f"--{k.replace('_', '-')}" if v is True else f"--{k.replace('_', '-')}={v}" for k, v in kw.items()]
     rc, _, err = run(capsys, "extract", small, "-o", out, "--model", tiny_model(), *args)
     assert (rc, err) == (1, f"Error: {cli.format(src=small)}\n")

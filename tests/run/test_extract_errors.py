@@ -140,10 +140,12 @@ def test_no_text_column_identifiable(tmp_path, capsys):
     assert metadata(tmp_path / "j.parquet")["text_column"] == "body"
 
 
-def test_empty_file(tmp_path, capsys):
-    (tmp_path / "c.csv").write_bytes(b"")
+@pytest.mark.parametrize("data, what", [(b"", "the file is empty"), (b"\n\r\n  \n", "the file is empty (blank lines only)")])
+def test_empty_file(tmp_path, capsys, data, what):
+    """A file of blank lines was "the file is empty" (JSONL says "blank lines only", as here now)."""
+    (tmp_path / "c.csv").write_bytes(data)
     rc, _, err = extract(capsys, tmp_path / "c.csv", tmp_path / "o.parquet")
-    assert (rc, err) == (1, f"Error: {tmp_path / 'c.csv'}: the file is empty - the first line must name the columns\n")
+    assert (rc, err) == (1, f"Error: {tmp_path / 'c.csv'}: {what} - the first line must name the columns\n")
 
 
 def test_unknown_encoding(tmp_path, capsys):
