@@ -152,7 +152,9 @@ class NpyFile(FeatureFile):
             raise BertfeatError(f"{path} is not a readable .npy file ({e})", "pass a feature file") from None
         if arr.ndim != 2 or arr.dtype.kind != "f" or arr.shape[1] == 0:  # (n, 0): rows without features
             a = "an" if arr.dtype.name[:1] in "aeio" else "a"  # an int64, a uint8, a float64
-            raise BertfeatError(f"{path} holds {a} {arr.dtype} array of shape {arr.shape}, not (rows, d) floats", "pass a feature matrix")
+            fix = (f"save it as floats, np.save({str(path)!r}, X.astype(np.float32))" if arr.ndim == 2 and arr.shape[1]
+                   and arr.dtype.kind in "iub" else "pass a feature matrix")  # (integers or booleans: one cast away)
+            raise BertfeatError(f"{path} holds {a} {arr.dtype} array of shape {arr.shape}, not (rows, d) floats", fix)
         side = ids_sidecar_path(path)
         id_name, id_type, extras = None, pa.int64(), {}
         if side.is_file():

@@ -677,6 +677,11 @@ def test_a_npy_of_rows_without_features_is_named(tmp_path, capsys):
     assert _run_main(["pca", "fit", str(src), "-o", str(tmp_path / "m.npz"), "-q"]) == 1
     assert capsys.readouterr().err == (f"Error: {src} holds a float32 array of shape (5, 0), not (rows, d) floats - "
                                        "pass a feature matrix\n")
+    ints = tmp_path / "ints.npy"  # integers: the fix was as vague ("pass a feature matrix"); it is one cast away
+    np.save(ints, np.arange(10).reshape(5, 2))
+    assert _run_main(["pca", "fit", str(ints), "-o", str(tmp_path / "m.npz"), "-q"]) == 1
+    assert capsys.readouterr().err == (f"Error: {ints} holds an int64 array of shape (5, 2), not (rows, d) floats - "
+                                       f"save it as floats, np.save({str(ints)!r}, X.astype(np.float32))\n")
 
 
 def test_feature_columns_named_twice_or_with_leading_zeros(tmp_path, capsys):
