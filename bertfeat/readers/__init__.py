@@ -1,7 +1,7 @@
 """Reading input rows: CSV, TSV, Parquet (a file, a glob or a directory) and JSONL, or stdin, one reader per format
 (``delimited``, ``parquet``, ``jsonl``; line-based text: ``text``) behind one protocol (``base``); ``open_input``
 (``formats``) picks the reader. Around them: where the files are (``paths``: a file, a glob, a folder, an fsspec URL,
-compression), byte counting and the CSV read-ahead gate (``stream``), ``keep`` columns' types and values (``kept``),
+compression), byte counting, decompression and the CSV read-ahead gate (``stream``), ``keep`` columns' types and values (``kept``),
 the quoting, delimiter and field-size checks of CSV (``csvcheck``) and the one rule for which texts are encoded
 (``textcheck``), bad rows as data with codes and fixes, the rejects file and ``max_bad_rows`` (``rejects``), and a
 clean exit after pyarrow's streaming CSV reader (``arrowexit``)."""
