@@ -255,41 +255,27 @@ def test_one_column_header_holding_a_likely_delimiter_is_refused(tmp_path, capsy
                       "separates the columns (or --delimiter ',' to read one column)")
 
 
-def test_gzip_on_stdin_and_without_suffix(tmp_path, capsys, monkeypatch):
-    import io
-
-    data = gzip.compress(b"text\nhello\n")
-    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(data)))
-    rc, _, err = run(capsys, "extract", "-", "--input-format", "csv", "-o", tmp_path / "o.parquet", "--model", tiny_model())
-    one_line(rc, err, "Error: <stdin>: the input is gzip-compressed - decompress it into the pipe "
-                      "(e.g. zcat FILE | bertfeat extract - ...), or pass the file by name (its .gz suffix is read)")
-    src = tmp_path / "g.csv"
-    src.write_bytes(data)
-    rc, _, err = extract(capsys, src, tmp_path / "o.parquet")
-    one_line(rc, err, f"Error: {src}: the file is gzip-compressed but its name does not end in .gz - rename it to end in .gz, "
-                      "or decompress it")
-    assert listing(tmp_path) == ["g.csv"]
-
-
-def test_xz_on_stdin_and_without_suffix(tmp_path, capsys, monkeypatch):
-    """xz bytes were read as text: "invalid utf-8 at byte 0 - pass --encoding", and with --encoding latin-1 the
-    compressed bytes were encoded as texts at exit 0. They are refused as gzip's are; a .xz file is read."""
+@pytest.mark.parametrize("kind, suffix, cat", [("gzip", ".gz", "zcat"), ("xz", ".xz", "xzcat")])
+def test_compressed_bytes_on_stdin_and_without_suffix(tmp_path, capsys, monkeypatch, kind, suffix, cat):
+    """Compressed bytes where text is expected are refused, with the pipe or the name that reads them (xz bytes were
+    read as text: "invalid utf-8 at byte 0 - pass --encoding", and with --encoding latin-1 encoded as texts at exit
+    0); a file with the suffix is read."""
     import io
     import lzma
 
-    data = lzma.compress(b"text\nhello\n")
+    data = (gzip.compress if kind == "gzip" else lzma.compress)(b"text\nhello\n")
     monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(data)))
     rc, _, err = run(capsys, "extract", "-", "--input-format", "csv", "-o", tmp_path / "o.parquet", "--model", tiny_model())
-    one_line(rc, err, "Error: <stdin>: the input is xz-compressed - decompress it into the pipe "
-                      "(e.g. xzcat FILE | bertfeat extract - ...), or pass the file by name (its .xz suffix is read)")
-    src = tmp_path / "x.csv"
+    one_line(rc, err, f"Error: <stdin>: the input is {kind}-compressed - decompress it into the pipe "
+                      f"(e.g. {cat} FILE | bertfeat extract - ...), or pass the file by name (its {suffix} suffix is read)")
+    src = tmp_path / "g.csv"
     src.write_bytes(data)
     rc, _, err = extract(capsys, src, tmp_path / "o.parquet", "--encoding", "latin-1")
-    one_line(rc, err, f"Error: {src}: the file is xz-compressed but its name does not end in .xz - rename it to end in .xz, "
-                      "or decompress it")
-    assert listing(tmp_path) == ["x.csv"]
-    src.rename(tmp_path / "x.csv.xz")
-    rc, _, err = extract(capsys, tmp_path / "x.csv.xz", tmp_path / "o.parquet")
+    one_line(rc, err, f"Error: {src}: the file is {kind}-compressed but its name does not end in {suffix} - rename it to "
+                      f"end in {suffix}, or decompress it")
+    assert listing(tmp_path) == ["g.csv"]
+    src.rename(tmp_path / f"g.csv{suffix}")
+    rc, _, err = extract(capsys, tmp_path / f"g.csv{suffix}", tmp_path / "o.parquet")
     assert rc == 0, err
     assert pq.read_table(tmp_path / "o.parquet").num_rows == 1
 

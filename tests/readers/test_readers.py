@@ -919,27 +919,24 @@ def test_a_bom_on_a_line_of_its_own_is_a_blank_line_before_the_header(tmp_path, 
 def test_a_json_array_or_object_file_or_cr_line_ends_are_named_for_what_they_are(tmp_path):
     """A pretty-printed .json array was 'row 0: invalid JSON'; a JSONL with CR-only line ends was told it might be
     CSV."""
-    (tmp_path / "a.json").write_text('[\n  {"text": "a"},\n  {"text": "b"}\n]\n')
-    with pytest.raises(InputError) as e:
-        open_input(str(tmp_path / "a.json"))
-    assert str(e.value) == (f"{tmp_path / 'a.json'}: a JSON array over several lines (one document), not JSON Lines "
-                            f"(one object per line) - write one object per line, e.g. jq -c '.[]' {tmp_path / 'a.json'} "
-                            "> a.jsonl")
+    # (a pretty-printed object was "not JSON (Expecting property name ...)": a helper's review)
+    for name, text, what, fix in (
+            ("a", '[\n  {"text": "a"},\n  {"text": "b"}\n]\n', "a JSON array over several lines (one document)",
+             "write one object per line, e.g. jq -c '.[]'"),
+            ("o", '{\n  "text": "a",\n  "id": 1\n}\n{\n  "text": "b"\n}\n', "a JSON object over several lines "
+             "(pretty-printed)", "write each object on one line, e.g. jq -c .")):
+        (tmp_path / f"{name}.json").write_text(text)
+        with pytest.raises(InputError) as e:
+            open_input(str(tmp_path / f"{name}.json"))
+        assert str(e.value) == (f"{tmp_path / f'{name}.json'}: {what}, not JSON Lines (one object per line) - {fix} "
+                                f"{tmp_path / f'{name}.json'} > {name}.jsonl")
     (tmp_path / "c.jsonl").write_bytes(b'{"text": "a"}\r{"text": "b"}\r')
     with pytest.raises(InputError, match=r"c\.jsonl: its lines end in CR alone \(old Mac line ends\), which JSON Lines "
                                          r"does not take - convert the line ends"):
         open_input(str(tmp_path / "c.jsonl"))
     (tmp_path / "ok.jsonl").write_text('{"text": "a"}\n[1, 2]\n')  # an array on a line of its own: a bad row, as before
     assert open_input(str(tmp_path / "ok.jsonl")).text_column == "text"
-
-    # a pretty-printed object was "not JSON (Expecting property name ...)" (a helper's review), one object a line is read,
-    # and a first line that is an object gone wrong (a trailing comma) stays a bad row with the JSON error
-    (tmp_path / "o.json").write_text('{\n  "text": "a",\n  "id": 1\n}\n{\n  "text": "b"\n}\n')
-    with pytest.raises(InputError) as e:
-        open_input(str(tmp_path / "o.json"))
-    assert str(e.value) == (f"{tmp_path / 'o.json'}: a JSON object over several lines (pretty-printed), not JSON Lines "
-                            f"(one object per line) - write each object on one line, e.g. jq -c . {tmp_path / 'o.json'} "
-                            "> o.jsonl")
+    # a first line that is an object gone wrong (a trailing comma) stays a bad row with the JSON error
     (tmp_path / "comma.jsonl").write_text('{"text": "a",}\n{"text": "b"}\n')
     rows = rows_of(open_input(str(tmp_path / "comma.jsonl")))
     assert [why and why.code for *_, why in rows] == [RejectCode.INVALID_JSON, None]
