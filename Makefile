@@ -139,8 +139,14 @@ hash := \#
 comma := ,
 ODD_CHARS := : $(hash) = $$ ' " ` ; | & * ? [ ] ( ) < > \ $(comma)
 odd_chars = $(strip $(foreach c,$(ODD_CHARS),$(if $(findstring $c,$1),'$c')))
+# A '$' that make read as a variable ($x, not $$ nor $(VAR)): INPUT=d$x.csv was d.csv, another file, at exit 0.
+open_paren := (
+open_brace := {
+bare_dollar = $(findstring $$,$(subst $$$(open_brace),,$(subst $$$(open_paren),,$(subst $$$$,,$1))))
+shell_quoted = '$(subst ','\'',$1)'
+exists = $(shell test -e $(call shell_quoted,$1) && echo yes)
 OWNED_FLAGS := -o -o% --output --output=% --pca --pca=% --pca-model --pca-model=% --format --format=% --estimate \
-  --estimate=% --estimate-rows --estimate-rows=% --resume --summary-json --summary-json=%
+  --estimate=% --estimate-rows --estimate-rows=% --summary-json --summary-json=%
 # INPUT / APPLY in its stamp as PATH:SIZE:MTIME_NS, a directory (Parquet parts) as every file under it: make sees only
 # "newer than", so a file replaced by an older copy (mv, cp -p, rsync -a, tar x, a backup restored) kept the old
 # features, and a part rewritten in place does not change its directory's time.
@@ -151,13 +157,16 @@ ifneq ($(FEATURES_GOAL),)
 $(foreach v,STEM FEAT_DIR RAW PCA_MODEL PCA_REPORT REDUCED SETTINGS APPLIED EXTRACT_FLAGS MODEL_FILES MODEL_STAT SETTINGS_TEXT CACHE_FLAG,$(if $(filter command line environment override,$(origin $v)),\
   $(error $v is computed by this Makefile and is not a setting (INPUT APPLY APPLY_RAW PCA MODEL POOLING LAYERS ID KEEP EXTRACT_OPTS BUILD CACHE); the PCA is always fitted on INPUT - to reduce other files with INPUT's PCA, name them in APPLY: make features INPUT=train.csv APPLY="test.csv")))
 $(if $(strip $(INPUT)),,$(error INPUT is empty))
-$(if $(word 2,$(INPUT)),$(error INPUT names more than one file ($(INPUT)): INPUT is the one training set - name the others in APPLY, or put Parquet parts in one directory and name it))
+$(foreach v,INPUT APPLY,$(if $(call bare_dollar,$(value $v)),$(error $v=$(value $v): make reads a '$$' in a name as a variable (so the name became '$($v)') - rename the file or link it under a plain name; nothing was written)))
+$(foreach v,BUILD CACHE MODEL,$(if $(word 2,$($v)),$(error $v='$($v)' holds a space, which make splits names at - give a path without one (a link under a plain name: ln -s $(call shell_quoted,$($v)) plain); nothing was written)))
+$(if $(word 2,$(INPUT)),$(if $(call exists,$(INPUT)),$(error INPUT='$(INPUT)' holds a space, which make splits names at - link the file under a plain name: ln -s $(call shell_quoted,$(INPUT)) plain.csv; nothing was written),$(error INPUT names more than one file ($(INPUT)): INPUT is the one training set - name the others in APPLY, or put Parquet parts in one directory and name it)))
 $(if $(filter 1,$(words $(PCA))),,$(error PCA must be one value (a number of components such as 64, a variance fraction such as 0.95, or mle), not '$(PCA)'))
 $(foreach f,$(INPUT) $(APPLY),$(if $(call odd_chars,$(subst ],,$(subst [,,$(subst ?,,$(subst *,,$f))))),,$(if $(call odd_chars,$f),$(error $f: a glob is not taken here - name one file, or a directory of Parquet parts (CSV, TSV or JSONL files: join them into one file first)))))\
-$(foreach f,$(INPUT) $(APPLY),$(if $(call odd_chars,$f),$(error $f: make features cannot take a file name with $(call odd_chars,$f) in it (make or the shell would read it as syntax) - rename the file or link it under a plain name: ln -s '$f' plain.csv))\
+$(foreach f,$(INPUT) $(APPLY),$(if $(call odd_chars,$f),$(error $f: make features cannot take a file name with $(call odd_chars,$f) in it (make or the shell would read it as syntax) - rename the file or link it under a plain name: ln -s $(call shell_quoted,$f) plain.csv))\
   $(if $(filter -%,$f),$(error $f: a name that starts with '-' would be read as an option - write it ./$f)))
 $(foreach w,$(EXTRACT_OPTS),$(if $(filter $(OWNED_FLAGS),$w),$(error EXTRACT_OPTS: $w is set by make features itself (it writes every output under BUILD, fits the PCA with PCA=, and rebuilds only what changed) - remove it from EXTRACT_OPTS; for a PCA use PCA=N, to reduce other files name them in APPLY)))
-$(foreach f,$(INPUT) $(APPLY),$(if $(wildcard $f),,$(error $f: no such file (INPUT / APPLY are relative to $(CURDIR)); nothing was written)))
+$(if $(filter --resume,$(EXTRACT_OPTS)),$(error EXTRACT_OPTS: --resume is not taken by make features: after an interruption, run make features again - the rows the interrupted run finished come back from the vector cache (CACHE=$(CACHE)) - remove it from EXTRACT_OPTS))
+$(foreach f,$(INPUT) $(APPLY),$(if $(wildcard $f),,$(error $f: no such file (INPUT / APPLY are relative to $(CURDIR)$(if $(word 2,$(APPLY)),; APPLY's names are separated by spaces: a name with a space in it is two names to make - link it under a plain name)); nothing was written)))
 $(foreach s,$(sort $(foreach f,$(APPLY),$(call feat_stem,$f))),$(if $(word 2,$(foreach f,$(APPLY),$(if $(filter $s,$(call feat_stem,$f)),$f))),\
   $(error APPLY: $(strip $(foreach f,$(APPLY),$(if $(filter $s,$(call feat_stem,$f)),$f))) have the same stem $s (their outputs would be one file); rename one)))
 endif
@@ -169,6 +178,7 @@ endif
 # a copied, restored or edited file has another mtime than the one it replaces (unless it was set to the very
 # nanosecond on purpose). A model that cannot be listed has no files here: the extract then says why it fails.
 MODEL_FILES := $(if $(FEATURES_GOAL),$(shell $(BERTFEAT) info $(MODEL) --files 2>/dev/null))
+$(if $(strip $(foreach f,$(MODEL_FILES),$(if $(wildcard $f),,$f))),$(error the model's files are under a path with a space (bertfeat info $(MODEL) --files lists them), which make splits names at - give MODEL as a path without one (a link under a plain name: ln -s 'MODEL FOLDER' plain); nothing was written))
 MODEL_STAT := $(if $(MODEL_FILES),$(shell $(PYTHON) -c 'import os, sys; print(" ".join("%s:%d:%d" % (f, s.st_size, s.st_mtime_ns) for f in sys.argv[1:] for s in [os.stat(f)]))' $(MODEL_FILES)))
 $(if $(MODEL_FILES),$(if $(MODEL_STAT),,$(error could not read the model files' sizes and times with $(PYTHON) (set PYTHON to a Python 3); nothing was written)))
 SETTINGS_TEXT := input=$(abspath $(INPUT)) flags=$(strip $(EXTRACT_FLAGS))$(call input_stat,$(INPUT))$(if $(MODEL_STAT),$(newline)model-file=$(subst $(space),$(newline)model-file=,$(strip $(MODEL_STAT))))

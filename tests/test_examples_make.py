@@ -626,7 +626,9 @@ REFUSED = [
     (["EXTRACT_OPTS=--pca 8"], "EXTRACT_OPTS: --pca is set by make features itself"),
     (["EXTRACT_OPTS=-o mine.parquet"], "EXTRACT_OPTS: -o is set by make features itself"),
     (["EXTRACT_OPTS=--output=mine.parquet"], "EXTRACT_OPTS: --output=mine.parquet is set by make features itself"),
-    (["EXTRACT_OPTS=--chunk-rows 5 --resume"], "EXTRACT_OPTS: --resume is set by make features itself"),
+    (["EXTRACT_OPTS=--chunk-rows 5 --resume"], "EXTRACT_OPTS: --resume is not taken by make features: after an "
+     "interruption, run make features again - the rows the interrupted run finished come back from the vector cache "
+     "(CACHE=build/cache) - remove it from EXTRACT_OPTS"),
     (["EXTRACT_OPTS=--estimate"], "EXTRACT_OPTS: --estimate is set by make features itself"),
     (["PCA=8 9"], "PCA must be one value (a number of components such as 64, a variance fraction such as 0.95, or "
                   "mle), not '8 9'"),
@@ -638,6 +640,20 @@ REFUSED = [
     (["APPLY=a=b.csv"], "a=b.csv: make features cannot take a file name with '=' in it"),
     (["INPUT=a$$b.csv"], "a$b.csv: make features cannot take a file name with '$' in it"),
     (["INPUT=-dash.csv"], "-dash.csv: a name that starts with '-' would be read as an option - write it ./-dash.csv"),
+    # names make reads otherwise (a helper's review): d$x.csv ran on d.csv at exit 0; a space split BUILD into a stray
+    # folder, a MODEL into two arguments, INPUT into "more than one file", APPLY into "no such file"; it's.csv's fix
+    # did not close its quote
+    (["INPUT=d$x.csv"], "INPUT=d$x.csv: make reads a '$' in a name as a variable (so the name became 'd.csv') - rename "
+                        "the file or link it under a plain name; nothing was written"),
+    (["APPLY=a.csv d$x.csv"], "APPLY=a.csv d$x.csv: make reads a '$' in a name as a variable"),
+    (["BUILD=b d"], "BUILD='b d' holds a space, which make splits names at - give a path without one (a link under a "
+                    "plain name: ln -s 'b d' plain); nothing was written"),
+    (["MODEL=m m"], "MODEL='m m' holds a space, which make splits names at"),
+    (["INPUT=a b.csv"], "INPUT='a b.csv' holds a space, which make splits names at - link the file under a plain name: "
+                        "ln -s 'a b.csv' plain.csv; nothing was written"),
+    (["APPLY=a b.csv"], "a: no such file (INPUT / APPLY are relative to {tmp}; APPLY's names are separated by spaces: a "
+                        "name with a space in it is two names to make - link it under a plain name); nothing was written"),
+    (["INPUT=it's.csv"], "rename the file or link it under a plain name: ln -s 'it'\\''s.csv' plain.csv"),
     (["INPUT=*.csv"], "*.csv: a glob is not taken here - name one file, or a directory of Parquet parts"),
 ]
 
@@ -647,14 +663,15 @@ def test_make_features_refuses_before_writing(tmp_path, bad, message):
     """Settings make features cannot honour stop it at parse time, naming what to change: no stamp, no build/, no
     command run, and a user's file named by -o untouched."""
     text = header() + sample_rows(0, 12)
-    for name in ("train.csv", "a.csv", "a:b.csv", "a#b.csv", "a=b.csv", "a$b.csv", "-dash.csv"):
+    for name in ("train.csv", "a.csv", "a:b.csv", "a#b.csv", "a=b.csv", "a$b.csv", "-dash.csv", "d.csv", "d$x.csv",
+                 "a b.csv", "it's.csv"):
         (tmp_path / name).write_text(text, encoding="utf-8")
     (tmp_path / "mine.parquet").write_text("precious", encoding="utf-8")
     before = sorted(p.name for p in tmp_path.iterdir())
     args = ["features", "INPUT=train.csv", "BUILD=build", "PCA=4", *bad]
     for flag in ([], ["-n"]):
         p = make(*flag, *args, cwd=tmp_path, check=False)
-        assert p.returncode == 2 and message in p.stderr, p.stderr
+        assert p.returncode == 2 and message.format(tmp=tmp_path) in p.stderr, p.stderr
         assert commands_in(p.stdout) == []
         assert sorted(x.name for x in tmp_path.iterdir()) == before
     assert (tmp_path / "mine.parquet").read_text(encoding="utf-8") == "precious"

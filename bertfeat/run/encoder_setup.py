@@ -38,6 +38,9 @@ def pca_rows_refusal(plan, dim: int) -> BertfeatError | None:
     reader knows how many rows there are at most (Parquet's footers; a text file read whole with its header); else None."""
     rows = plan.reader.max_rows
     bound = "" if rows == plan.reader.total_rows else " at most"
+    if rows is not None and rows < 2 and plan.pca is not None:  # (it advised --pca 1 for 0 rows; the fit needs 2)
+        return BertfeatError(f"{opt('pca')} needs at least 2 rows, and {plan.reader.name} has {rows:,}{bound}",
+                             f"drop {opt('pca')} or add rows")
     if rows is not None and isinstance(plan.pca, int) and plan.pca > rows:
         return BertfeatError(f"{opt('pca', plan.pca)} is more components than the rows of {plan.reader.name} "
                              f"({rows:,}{bound}): a PCA has at most one component a row",

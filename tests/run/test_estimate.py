@@ -265,7 +265,7 @@ class TestDistinctRowsAtItsBoundary:
            "pca <= 6 or a fraction such as 0.95"),
     (6, "mle", "pca='mle' needs at least as many rows as features (32), the run has 6: the run refuses it before "
                "encoding a row; pass a number of components or a fraction such as 0.95"),
-    (1, 0.95, "1 row(s) to fit the PCA on, it needs at least 2: the run stops after encoding them and writes nothing"),
+    (1, 0.95, "1 row(s) to fit the PCA on, it needs at least 2: the run refuses it before encoding a row"),
     (6, 6, None), (6, "all", None), (40, "mle", None)])
 def test_a_pca_the_rows_cannot_give_is_warned_of(tmp_path, rows, pca, warning):
     # the run refuses these before encoding (the file's lines give its rows: encoder_setup.pca_rows_refusal); the

@@ -803,6 +803,19 @@ def test_a_pca_of_more_components_than_rows_is_refused_before_a_row_is_encoded(t
                           f"4{bound} - fit on more rows, or pass a number of components")
 
 
+@pytest.mark.parametrize("rows", [0, 1])
+@pytest.mark.parametrize("pca", ["8", "0.9", "all"])
+def test_a_pca_of_fewer_than_two_rows_is_refused_before_a_row_is_encoded(tmp_path, capsys, monkeypatch, rows, pca):
+    """--pca 8 on a header-only file advised "choose --pca 1 or fewer" (0 rows), and on one row --pca 1, which then
+    failed after encoding every row ("needs at least 2 feature rows"; a helper's review): now said up front."""
+    src = rows_file(tmp_path, "csv", rows)
+    out = tmp_path / "o.parquet"
+    refuse_encoding(monkeypatch)
+    rc, _, err = extract(capsys, src, out, "--pca", pca)
+    assert_failed_cleanly(rc, err, out, f"Error: --pca needs at least 2 rows, and {src} has {rows} - drop --pca or add "
+                                        "rows")
+
+
 def test_a_pca_of_more_components_than_rows_names_the_python_parameter(tmp_path, monkeypatch):
     import bertfeat
     from bertfeat.errors import BertfeatError

@@ -167,12 +167,13 @@ def test_jsonl_ids_are_judged_the_same_on_both_engines(tmp_path, client):
 
 def test_a_failed_dask_run_leaves_nothing_behind_as_the_local_one(tmp_path, client):
     """A run refused after the partial directory exists (too few rows for the PCA) removes it, and the PCA files,
-    on both engines: the identical rerun is not told to --resume a run that cannot finish."""
-    src = write_csv(tmp_path / "one.csv", ["text"], [["a single sentence"]])
+    on both engines: the identical rerun is not told to --resume a run that cannot finish. (Two rows, one of them
+    rejected: one row alone is refused before anything is written, encoder_setup.pca_rows_refusal.)"""
+    src = write_csv(tmp_path / "one.csv", ["text"], [["a single sentence"], [""]])
     for engine, extra in (("local", {}), ("dask", dict(client=client, blocksize=None))):
         out = tmp_path / engine / "o.parquet"
         with pytest.raises(BertfeatError, match="needs at least 2 feature rows"):
-            bertfeat.extract(src, out, model=tiny_model(), pca=1, engine=engine, **extra)
+            bertfeat.extract(src, out, model=tiny_model(), pca=1, engine=engine, on_bad_row="skip", **extra)
         assert not out.parent.exists() or list(out.parent.iterdir()) == [], engine
 
 
