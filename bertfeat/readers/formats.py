@@ -11,7 +11,7 @@ from .base import DEFAULT_MAX_FIELD_BYTES, Reader, normalize_encoding
 from .delimited import CsvReader
 from .jsonl import JsonlReader
 from .parquet import ParquetReader
-from .paths import compression_of, is_pattern, is_url, refuse_special_file, resolve_files
+from .paths import UNREAD_COMPRESSION, compression_of, is_pattern, is_url, refuse_special_file, resolve_files
 
 FORMATS = ("csv", "tsv", "parquet", "jsonl")
 _EXT = {".csv": "csv", ".tsv": "tsv", ".tab": "tsv", **dict.fromkeys(PARQUET_SUFFIXES, "parquet"),
@@ -45,21 +45,16 @@ def detect_format(path: str, input_format: str | None) -> str:
     return fmt
 
 
-#: compressions bertfeat does not decompress, by suffix: (what, the command that writes the bytes to a pipe)
-_UNREAD_COMPRESSION = {".lz4": ("lz4", "lz4 -dc"), ".lzma": ("lzma", "xz -dc"), ".lz": ("lzip", "lzip -dc"),
-                       ".br": ("brotli", "brotli -dc"), ".z": ("compress (.Z)", "gzip -dc"), ".7z": ("7-Zip", "7z x -so")}
-
-
 def _refuse_unread_compression(path: str) -> None:
     """A file compressed in a way bertfeat does not read (``x.csv.lz4``): said so, not "cannot tell the format"
     with a fix that cats its compressed bytes."""
     p = Path(path.split("::", 1)[0])
     suffixes = [s.lower() for s in p.suffixes]
-    if not suffixes or suffixes[-1] not in _UNREAD_COMPRESSION:
+    if not suffixes or suffixes[-1] not in UNREAD_COMPRESSION:
         return
     import shlex
 
-    kind, cat = _UNREAD_COMPRESSION[suffixes[-1]]
+    kind, cat = UNREAD_COMPRESSION[suffixes[-1]]
     inner = _EXT.get(suffixes[-2]) if len(suffixes) > 1 else None
     pipe = f"{cat} {shlex.quote(path)} | bertfeat extract - {opt('input_format', inner or 'csv|tsv|jsonl')} ..."
     raise InputError(f"{path}: {kind}-compressed files are not read (.gz, .bz2, .zst and .xz are)",

@@ -188,6 +188,9 @@ def join_line(pattern: str, ext: str, compression: str | None = None) -> str:
 
 #: a compressed file's bytes to standard output, for a filter
 _READ_DECOMPRESSED = {"gzip": "gzip -dc", "bz2": "bzip2 -dc", "zstd": "zstd -dc", "xz": "xz -dc"}
+#: compressions bertfeat does not decompress, by suffix: (what, the command that writes the bytes to a pipe)
+UNREAD_COMPRESSION = {".lz4": ("lz4", "lz4 -dc"), ".lzma": ("lzma", "xz -dc"), ".lz": ("lzip", "lzip -dc"),
+                      ".br": ("brotli", "brotli -dc"), ".z": ("compress (.Z)", "gzip -dc"), ".7z": ("7-Zip", "7z x -so")}
 
 
 def convert_line(path: str, command: str, tag: str, ext: str) -> str:

@@ -13,7 +13,7 @@ import pyarrow as pa
 
 from ..errors import InputError, clipped, opt
 from .base import HEAD_BYTES, MIN_PART_BYTES, Partition, RawBatch, Reader, standard_input, stdin_read_error
-from .paths import compression_of, convert_line, join_line
+from .paths import UNREAD_COMPRESSION, compression_of, convert_line, join_line
 from .stream import CountingReader, Prefixed, decompressed, gzip_sizes
 
 
@@ -103,10 +103,9 @@ class TextReader(Reader):
             return f"pass {opt('input_format', 'parquet')}"
         if magic == b"ARROW1":
             return "convert it to Parquet (pyarrow.parquet.write_table(pyarrow.feather.read_table(FILE), NAME)) and pass that"
-        if magic == b"\x04\x22\x4d\x18":
-            return f"decompress it into the pipe (lz4 -dc FILE | bertfeat extract - --input-format {self.fmt} ...)"
-        if magic == b"7z\xbc\xaf\x27\x1c":
-            return f"decompress it into the pipe (7z x -so FILE | bertfeat extract - --input-format {self.fmt} ...)"
+        if magic in _COMPRESSED_MAGIC:  # (the command a name with its suffix is told: paths.UNREAD_COMPRESSION)
+            cat = UNREAD_COMPRESSION[_COMPRESSED_MAGIC[magic]][1]
+            return f"decompress it into the pipe ({cat} FILE | bertfeat extract - --input-format {self.fmt} ...)"
         stream = f"unzip -p FILE | bertfeat extract - --input-format {self.fmt} ... reads it without a copy"
         return f"unzip it and pass the file inside ({stream}); save an Excel sheet as CSV first"
 
@@ -297,6 +296,9 @@ class _Closing(io.RawIOBase):
 _BINARY_MAGIC = ((b"PAR1", "Parquet"), (b"PK\x03\x04", "a ZIP archive (an Excel .xlsx workbook is one)"),
                  (b"ARROW1", "Arrow IPC (Feather)"), (b"\x04\x22\x4d\x18", "lz4-compressed"),
                  (b"7z\xbc\xaf\x27\x1c", "a 7-Zip archive"))
+
+#: the magic bytes of _BINARY_MAGIC that are a compression bertfeat does not read -> its suffix
+_COMPRESSED_MAGIC = {b"\x04\x22\x4d\x18": ".lz4", b"7z\xbc\xaf\x27\x1c": ".7z"}
 
 HEAD_MAX_BYTES = 1 << 28  # the head grows past HEAD_BYTES to the first line end, up to this
 
