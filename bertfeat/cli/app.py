@@ -841,9 +841,21 @@ def usage_error(e: BaseException) -> str:
         extra = re.match(r"Got unexpected extra arguments?(?:\(s\))? \((.*)\)$", message, re.S)
         if extra:
             message = f"unexpected extra argument(s): {extra.group(1)}"
-            fix = f"quote a path or text that holds spaces; {fix}"
+            fix = _extra_fix(extra.group(1).split(), fix)
         what = message[:1].lower() + message[1:] if message[1:2].islower() else message
     return f"{one_line(what, 400)} - {fix}"
+
+
+def _extra_fix(extras: list[str], fix: str) -> str:
+    """How to fix extra arguments: an option written after ``--`` (a text then) goes before it; else quoting."""
+    import sys
+
+    argv = _ARGV if _ARGV is not None else sys.argv[1:]
+    after = argv[argv.index("--") + 1:] if "--" in argv else []
+    late = [a for a in extras if a.startswith("-") and a in after]
+    if late:
+        return f"put options before -- (every word after it is a text or path): move {' '.join(late)}; {fix}"
+    return f"quote a path or text that holds spaces; {fix}"
 
 
 def _flags() -> dict[str, str]:

@@ -933,6 +933,10 @@ def test_a_second_ctrl_c_during_the_exit_wait_prints_no_traceback():
     (["fill-mask", "- [MASK] item"], "no such option - - put -- before a text or path that starts with '-' (bertfeat "
                                      "fill-mask -- TEXT), or see bertfeat fill-mask --help"),
     (["tokens", "-z", "x"], "no such option -z - see bertfeat tokens --help"),
+    # an option after -- is a text: it said "quote a path or text that holds spaces"
+    (["tokens", "--", "-1 degrees", "--json"], "unexpected extra argument(s): --json - put options before -- (every "
+                                               "word after it is a text or path): move --json; see bertfeat tokens "
+                                               "--help"),
 ])
 def test_a_command_line_that_does_not_parse_is_one_line_exit_2(tmp_path, capsys, monkeypatch, argv, message):
     """Click's usage block (Usage: ..., Try ..., a blank line, Error: ...) became the house's one line; the exit code
