@@ -181,7 +181,7 @@ def run(plan, progress=None, client=None) -> ExtractSummary:
         interrupt = interrupt_in(e)  # a Ctrl-C in a kernel before an engine handled it (the model's load): itself
         if interrupt is None:
             raise
-        note = getattr(interrupt, "resume_note", None)  # what the run kept, as the exception's message for Python
+        note = getattr(interrupt, "resume_note_python", None)  # what the run kept, as the exception's message for Python
         if note and not interrupt.args:  # callers (the CLI's one line after Ctrl-C prints it too)
             interrupt.args = (note,)
         if interrupt is e:

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from ..errors import BertfeatError, ResumableError, interrupt_in, opt
+from ..errors import BertfeatError, ResumableError, interrupt_in, opt, render
 from ..readers.rejects import TooManyBadRows
 
 KINDS = ("input", "resumable", "disk", "interrupt", "other")
@@ -128,24 +128,24 @@ def decide(f: Failure) -> Decision:
         if f.phase == "encode" and f.finished == 0:  # a kept empty directory would only block the plain rerun
             return Decision(True, f"no {f.unit} had finished, so nothing is kept; run the same command again")
         if f.phase == "encode":
-            return Decision(False, f"{kept(f, 'count')} are kept in {f.partial}; run the same command with --resume to "
-                                   "continue")
+            return Decision(False, f"{kept(f, 'count')} are kept in {f.partial}; run the same command with "
+                                   f"{opt('resume', True)} to continue")
         return Decision(False, f"no output was written; {kept(f)} are kept in {f.partial}: run the same command with "
-                               "--resume to write them")
+                               f"{opt('resume', True)} to write them")
     return Decision(False)  # another exception (a bug): everything as it is, for the traceback to explain
 
 
 def handle(e: BaseException, failure: Failure, remove: Callable[[], None]) -> BaseException:
-    """Do what ``decide`` says for ``e``: remove the partial directory (``remove``), set an interrupt's resume_note;
-    returns the exception to raise (``e``; the KeyboardInterrupt for an interrupt, also when compiled code raised
+    """Do what ``decide`` says for ``e``: remove the partial directory (``remove``), set an interrupt's resume_note
+    (the CLI's words) and resume_note_python (``resume=True``); returns the exception to raise (``e``; the KeyboardInterrupt for an interrupt, also when compiled code raised
     another error while handling it; the OutputError an OSError becomes; a cache error or worker refusal saying how --resume continues)."""
     if failure.kind == "interrupt":
         e = interrupt_in(e) or e
     decision = decide(failure)
     if decision.remove:
         remove()
-    if decision.note is not None:
-        e.resume_note = decision.note
+    if decision.note is not None:  # the CLI's words, and Python's as the message (resume=True, not --resume)
+        e.resume_note, e.resume_note_python = render(decision.note, {}), render(decision.note)
     if decision.resume is not None and isinstance(e, ResumableError):
         err = e.kept_for_resume(decision.resume)
         if err is not e:

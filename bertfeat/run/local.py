@@ -101,9 +101,10 @@ class PartStore:
                 else:  # damaged on disk since (cut short, emptied): its chunk is encoded again
                     p.unlink()
             return done
+        text = json.dumps(manifest, indent=2, sort_keys=True)  # before the directory: a value it cannot write leaves none
         remove_directory(self.dir)  # --overwrite's old run: aside in one step, then deleted (atomic.remove_directory)
         self.dir.mkdir(parents=True)
-        write_atomic(self.manifest_path, json.dumps(manifest, indent=2, sort_keys=True))
+        write_atomic(self.manifest_path, text)
         return set()
 
     @staticmethod

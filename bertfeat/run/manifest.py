@@ -43,7 +43,6 @@ def job_manifest(plan, fingerprint: dict, encoder, **engine_keys) -> dict:
         "chunk_rows": plan.options.chunk_rows,
         "pca": plan.pca_text, "wide": plan.options.wide,
         **({"pca_model": _file_identity(plan.pca_model)} if plan.pca_model is not None else {}),
-        **({"encoder_options": plan.options.encoder_options} if plan.options.encoder_options else {}),
         **({"keep": list(plan.keep)} if plan.keep else {}), **({"keep_as": plan.keep_as} if plan.keep_as else {}),
         **({"dtype": plan.dtype} if plan.dtype != "float32" else {}),
         **({"max_field_bytes": plan.max_field_bytes} if plan.max_field_bytes != DEFAULT_MAX_FIELD_BYTES else {}),
@@ -121,7 +120,7 @@ _LABELS = {"bertfeat_version": "bertfeat version", "model_id": "model", "weights
 #: keys a manifest has only when their option is given, compared when either manifest has them (the others: this run's);
 #: the fingerprint's truncate_dim, renormalize, layer_norm and layer_weights among them (FeatureSpec.to_dict leaves them
 #: out without a cut, a LayerNorm or a WeightedLayerPooling module)
-OPTIONAL_KEYS = ("keep", "keep_as", "pca_model", "encoder_options", "dtype", "max_field_bytes", "truncate_dim",
+OPTIONAL_KEYS = ("keep", "keep_as", "pca_model", "dtype", "max_field_bytes", "truncate_dim",
                  "renormalize", "layer_norm", "layer_weights")
 #: what an optional key stands for when a manifest does not have it (dtype: float32, the default, is not recorded)
 OPTIONAL_DEFAULTS = {"dtype": "float32", "max_field_bytes": DEFAULT_MAX_FIELD_BYTES, "renormalize": False}

@@ -315,7 +315,8 @@ def _check_client_alone(o: ExtractOptions, client) -> None:
 
 def _encoder_options(o: ExtractOptions) -> ExtractOptions:
     """The encoder's options merged with ``encoder_options`` (``encoder_settings``) and checked -> the options with
-    the merged values (and ``encoder_options`` as a dict, as given: the resume manifest keeps it)."""
+    the merged values (and ``encoder_options`` as a dict, as given). Every key of it is one of ``MERGED``: the
+    manifest records the merged values (the fingerprint's), not the dict, so where a value was given changes nothing."""
     settings = encoder_settings(o)
     checked = {name: o.checked(name, settings.get(name)) for name in ("threads", "max_length", "max_batch_tokens",
                                                                        "precision")}

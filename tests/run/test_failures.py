@@ -105,7 +105,7 @@ class TestThePolicy:
     def test_decision(self, case):
         failure, remove, note, os_path, os_fix = CASES[case]
         d = decide(failure)
-        assert (d.remove, d.note, d.os_path, render(d.os_fix, FLAGS)) == (remove, note, os_path, os_fix)
+        assert (d.remove, render(d.note, FLAGS), d.os_path, render(d.os_fix, FLAGS)) == (remove, note, os_path, os_fix)
 
     @pytest.mark.parametrize("failure, resume", [
         (f("resumable"), f"rerun with --resume to continue (2 finished chunk(s) are kept in {P})"),

@@ -107,13 +107,43 @@ def test_ctrl_c_then_resume_with_rejects(tmp_path, capsys, monkeypatch):
 
 
 def test_an_interrupted_python_call_says_what_was_kept(tmp_path):
-    """bertfeat.extract: the KeyboardInterrupt's message is the note the CLI prints after Ctrl-C."""
+    """bertfeat.extract: the KeyboardInterrupt's message is the note the CLI prints after Ctrl-C, in Python's words
+    (it said --resume to a Python caller)."""
     src = corpus(tmp_path / "c.csv", 12)
     out = tmp_path / "o.parquet"
     with pytest.raises(KeyboardInterrupt) as e:
         bertfeat.extract(src, out, model=tiny_model(), chunk_rows=3, progress=Interrupt(2))
-    assert str(e.value) == e.value.resume_note == (f"2 chunk(s) are kept in {out}.partial; run the same command with "
-                                                   "--resume to continue")
+    assert str(e.value) == f"2 chunk(s) are kept in {out}.partial; run the same command with resume=True to continue"
+    assert e.value.resume_note == f"2 chunk(s) are kept in {out}.partial; run the same command with --resume to continue"
+    assert bertfeat.extract(src, out, model=tiny_model(), chunk_rows=3, resume=True).chunks_resumed == 2
+
+
+@pytest.mark.parametrize("given, resumed", [
+    (dict(encoder_options={"threads": 1}), dict(threads=2)),
+    (dict(encoder_options={"max_length": 64}), dict(max_length=64)),
+    (dict(max_batch_tokens=64), dict(encoder_options={"max_batch_tokens": 128})),
+])
+def test_where_an_encoder_option_was_given_does_not_refuse_a_resume(tmp_path, given, resumed):
+    """The manifest held encoder_options as given: threads there, or a setting moved to its own keyword, refused the
+    resume ("encoder_options: {'threads': 1} -> None"), though no vector changes; the merged values are compared."""
+    src = corpus(tmp_path / "c.csv", 12)
+    out = tmp_path / "o.parquet"
+    with pytest.raises(KeyboardInterrupt):
+        bertfeat.extract(src, out, model=tiny_model(), chunk_rows=3, progress=Interrupt(2), **given)
+    s = bertfeat.extract(src, out, model=tiny_model(), chunk_rows=3, resume=True, **resumed)
+    assert (s.chunks_resumed, s.rows_written) == (2, 12)
+
+
+def test_numpy_values_and_paths_in_encoder_options_run(tmp_path):
+    """encoder_options={'max_length': np.int64(64)} or a pathlib model was a raw TypeError (the manifest's JSON) that
+    left OUTPUT.partial/ behind; they are the numbers and paths they hold, as the keywords of their own."""
+    src = corpus(tmp_path / "c.csv", 6)
+    ref = bertfeat.extract(src, tmp_path / "ref.parquet", model=tiny_model(), max_length=64, threads=1)
+    s = bertfeat.extract(src, tmp_path / "o.parquet", encoder_options={
+        "model": Path(tiny_model()), "max_length": np.int64(64), "threads": np.int32(1), "max_batch_tokens": np.int64(128)})
+    assert s.rows_written == ref.rows_written == 6
+    assert read_table(tmp_path / "o.parquet").column("embedding").equals(read_table(tmp_path / "ref.parquet").column("embedding"))
+    assert no_leftovers(tmp_path / "o.parquet") == ["o.parquet"]
 
 
 def test_a_resumed_runs_throughput_counts_only_its_own_rows(tmp_path, capsys, monkeypatch):
