@@ -55,6 +55,7 @@ LONG_TEXT_MODES = ("truncate", "chunk-mean", "chunk-max", "error")
 #: run, 2 rounds, 1,500 sentences): fp32 bert-base shape 20.35 -> 19.59 s, MiniLM 2.77 -> 2.71 s; bf16
 #: 10.68 -> 10.31 s and 1.55 -> 1.48 s; int8 7.97 -> 7.66 s and 1.35 -> 1.34 s (256-384: within 1-2 % more).
 DEFAULT_BATCH_TOKENS = 512
+DEFAULT_STRIDE = 32  # tokens neighbouring windows share (chunk-*), when the window is wider
 MAX_BATCH_ROWS = 256
 
 
@@ -68,7 +69,7 @@ class FeatureSpec:
     normalize: bool
     max_length: int
     long_text: str = "truncate"
-    stride: int = 32
+    stride: int = DEFAULT_STRIDE
     dense: tuple[str, ...] = ()  # Dense modules of the model's pipeline applied after pooling (their folders)
     prompt: str | None = None  # prepended to every text
     prompt_name: str | None = None  # the model's prompt it came from, if any
@@ -447,8 +448,10 @@ class Encoder:
         if not default:
             check_size(stride, "stride", 0, None, " (tokens shared by neighbouring windows)")
             check_stride(stride, long_text)  # as extract: a stride another long-text mode ignores is refused
-        stride = 32 if stride is None else int(stride)
         width = max_length - self.tokenizer.specials[False]  # a window's own tokens (its template adds the rest)
+        if stride is None:  # 32, or half a window too narrow for it (max length 32 with chunk-mean was refused)
+            stride = DEFAULT_STRIDE if DEFAULT_STRIDE < width else max(width // 2, 0)
+        stride = int(stride)
         if long_text.startswith("chunk") and not 0 <= stride < width:
             raise BertfeatError(f"{opt('stride', stride)}{' (the default)' if default else ''} is out of range for max "
                                 f"length {max_length}",

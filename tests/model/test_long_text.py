@@ -171,6 +171,18 @@ def test_a_stride_without_a_chunk_mode_is_refused_in_python_too():
     assert enc.encode(SHORT, long_text="chunk-mean", stride=5).shape == enc.encode(SHORT).shape
 
 
+@pytest.mark.parametrize("max_length, stride", [(32, 15), (34, 16), (35, 32), (3, 0), (128, 32)])
+def test_the_default_stride_fits_a_narrow_window(words, max_length, stride):
+    """The default stride is 32, or half the window when that leaves no room (max_length=32 with chunk-mean was
+    refused: 'stride=32 (the default) is out of range', a stride the user never gave); the provenance records it."""
+    enc = tiny_encoder()
+    doc = [" ".join(words[:200])]
+    spec = enc.spec(long_text="chunk-mean", max_length=max_length)
+    assert spec.stride == stride
+    np.testing.assert_array_equal(enc.encode(doc, long_text="chunk-mean", max_length=max_length),
+                                  enc.encode(doc, long_text="chunk-mean", max_length=max_length, stride=stride))
+
+
 def test_chunk_mode_with_pairs_is_refused(tmp_path, capsys, words):
     src = write_csv(tmp_path / "p.csv", ["a", "b"], [["x", "y"], [" ".join(words), "z"]])
     out = tmp_path / "o.parquet"
