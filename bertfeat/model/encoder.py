@@ -378,6 +378,17 @@ class Encoder:
                 prompt = self.pipeline.prompts.get(prompt_name, "")
         return (prompt or None), (prompt_name if prompt else None)
 
+    def _note_task_length(self, prompt_name: str | None, max_length: int) -> None:
+        """A warning when the prompt is the model's query / document prompt and its sentence_bert_config.json gives
+        encode_query / encode_document another max length (query_length, document_length): bertfeat encodes as
+        ``encode(prompt_name=...)`` does, which does not apply it."""
+        n = self.pipeline.task_lengths.get(prompt_name) if prompt_name else None
+        if n is not None and n != max_length:
+            warn(f"{self.location.path}: sentence-transformers' encode_{prompt_name} encodes at this model's "
+                 f"{prompt_name}_length {n} (its sentence_bert_config.json); bertfeat encodes as "
+                 f"encode(prompt_name={prompt_name!r}) does, at max length {max_length}: give max length {n} "
+                 f"(--max-length {n}, max_length={n}) for encode_{prompt_name}'s vectors", every_time=False)
+
     def prompt_length(self, prompt: str, max_length: int) -> int:
         """Tokens of the prompt at the start of a row: the prompt tokenized alone and truncated to ``max_length``,
         without its last token when that is a special token (transformers' all_special_ids: the template's [SEP]; in
@@ -462,6 +473,7 @@ class Encoder:
         if normalize is None:
             normalize = self.pipeline.normalize if own else False
         prompt, prompt_name = self.resolve_prompt(prompt, prompt_name)
+        self._note_task_length(prompt_name, max_length)
         include_prompt = self.pipeline.include_prompt if own else True
         if prompt and not include_prompt and long_text.startswith("chunk"):
             raise BertfeatError("this model leaves its prompt out of the pooling (include_prompt false), which "

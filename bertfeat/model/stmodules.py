@@ -211,6 +211,7 @@ class ModelPipeline:
     default_prompt_name: str | None = None
     max_seq_length: int | None = None
     max_length_source: str = "the model's position limit"
+    task_lengths: dict[str, int] = field(default_factory=dict)  # query / document: encode_query's / encode_document's
     do_lower_case: bool = False
     modules_source: str | None = None  # "modules.json" when the folder is a sentence-transformers model
     #: why the model's own embedding cannot be made (a modules.json without a Pooling module: sentence-transformers
@@ -938,10 +939,13 @@ def read_pipeline(d: Path, hidden_size: int, max_positions: int, encoder_dir: st
     else:
         tcj = _rel_file(encoder_dir, "tokenizer_config.json")
         tc = _read_json(d / tcj) or {}
-        mml = tc.get("model_max_length")
-        if isinstance(mml, (int, float)) and not isinstance(mml, bool) and mml < _NO_LIMIT:
-            mml = _length(tc, "model_max_length", tcj)
+        mml = _length(tc, "model_max_length", tcj)  # type-checked: a string "16" was passed over for the positions
+        if mml is not None and mml < _NO_LIMIT:
             p.max_seq_length, p.max_length_source = int(mml), f"{tcj} model_max_length"
+    for task in ("query", "document"):  # sentence-transformers 6: the max length of encode_query / encode_document
+        n = _length(st_cfg, f"{task}_length", sbc)
+        if n is not None:
+            p.task_lengths[task] = int(n)
     if p.max_seq_length is None or p.max_seq_length > max_positions:
         if p.max_seq_length is not None:
             p.max_length_source += f", capped at the {max_positions} positions of the model"

@@ -533,6 +533,53 @@ def test_model_max_length_below_3_is_refused(layouts, tmp_path):
         Encoder(d)
 
 
+@pytest.mark.parametrize("value", ["16", True, [16]])
+def test_a_model_max_length_that_is_no_number_is_refused(layouts, tmp_path, value):
+    """tokenizer_config.json's model_max_length "16" (a string) was passed over without a word: bertfeat truncated at
+    the model's 128 positions, and sentence-transformers fails at load on it."""
+    d = tmp_path / "m"
+    shutil.copytree(layouts["labse_cls_dense_tanh_normalize"], d)
+    cfg = json.loads((d / "tokenizer_config.json").read_text())
+    (d / "tokenizer_config.json").write_text(json.dumps({**cfg, "model_max_length": value}))
+    with pytest.raises(BertfeatError) as e:
+        Encoder(d)
+    assert e.value.message.startswith(f"tokenizer_config.json: model_max_length is {json.dumps(value)[:60] if not isinstance(value, list) else 'a JSON list'}, not a")
+
+
+@pytest.mark.parametrize("task", ["query", "document"])
+def test_encode_query_s_length_is_named_and_reachable(layouts, tmp_path, task):
+    """sentence-transformers 6's query_length / document_length (sentence_bert_config.json) are encode_query's /
+    encode_document's max length; encode(prompt_name=...) does not apply them. bertfeat encodes as the latter (the
+    docs said prompt_name was encode_query's equivalent: cosine 0.93 on such a model), warns, and with that max length
+    gives encode_query's vectors."""
+    import warnings
+
+    from bertfeat.errors import BertfeatWarning
+
+    d = tmp_path / "m"
+    shutil.copytree(layouts["labse_cls_dense_tanh_normalize"], d)
+    cfg = json.loads((d / "sentence_bert_config.json").read_text())
+    (d / "sentence_bert_config.json").write_text(json.dumps({**cfg, "query_length": 8, "document_length": 12}))
+    cst = json.loads((d / "config_sentence_transformers.json").read_text())
+    cst["prompts"] = {"query": "query: ", "document": "passage: "}
+    (d / "config_sentence_transformers.json").write_text(json.dumps(cst))
+    st, enc = _st(d), Encoder(d)
+    texts = TEXTS[:2] + [TEXTS[4]]
+    n = {"query": 8, "document": 12}[task]
+    with pytest.warns(BertfeatWarning) as w:
+        plain = enc.encode(texts, prompt_name=task)
+    assert str(w[0].message) == (f"{d}: sentence-transformers' encode_{task} encodes at this model's {task}_length {n} "
+                                 f"(its sentence_bert_config.json); bertfeat encodes as encode(prompt_name='{task}') "
+                                 f"does, at max length 32: give max length {n} (--max-length {n}, max_length={n}) for "
+                                 f"encode_{task}'s vectors")
+    np.testing.assert_allclose(plain, _st_encode(st, texts, prompt_name=task), atol=1e-5)
+    want = st.encode_query(texts) if task == "query" else st.encode_document(texts)
+    assert not np.allclose(plain, want, atol=1e-3)  # the lengths differ for these texts
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # none at the task's own length
+        np.testing.assert_allclose(enc.encode(texts, prompt_name=task, max_length=n), want, atol=1e-5)
+
+
 @pytest.mark.parametrize("rel,key,where", [
     ("sentence_bert_config.json", "max_seq_length", "sentence_bert_config.json"),
     ("tokenizer_config.json", "model_max_length", "tokenizer_config.json"),
