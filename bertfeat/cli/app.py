@@ -194,7 +194,7 @@ def extract(
             raise os_error(e, "<stdout>").refixed(
                 f", after {_STOPPED['finished']}", "only the summary JSON on standard output is lost: give "
                 "--summary-json a file name, or an output that has room, when you rerun (with --overwrite)") from None
-    _STOPPED.pop("finished", None)
+    # "finished" stays until the process exits: a stop on the way out finds the outputs complete too
 
 
 def _finished_note(summary, summary_json: str | None) -> str:
@@ -663,7 +663,7 @@ def _end_redelivery(hooked) -> BaseException | None:
     return dropped
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, *, exiting: bool = False) -> int:
     """Console-script entry point: run the app; every failure becomes one line ``Error: what - how to fix``.
 
     The rule (bertfeat.cli.render): exit 1 on any error, 2 for a command line that does not parse (click's convention; one
@@ -677,6 +677,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         code = _run_main(argv)
     finally:
+        if exiting and threading.current_thread() is threading.main_thread():
+            # the process only exits from here: a Ctrl-C / SIGTERM now found the outputs complete, yet killed it
+            # (exit 130, no line) after the summary had said so
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            previous = None  # (ignored until the process exits)
         dropped = _end_redelivery(hooked)
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
@@ -905,7 +911,7 @@ def _debug_traceback(e: BaseException) -> None:
 
 
 def entry():  # pragma: no cover
-    rc = main()
+    rc = main(exiting=True)
     try:  # output still buffered for a full disk or a closed pipe (bertfeat info > /dev/full): one line, not a shutdown traceback
         sys.stdout.flush()
     except OSError as e:

@@ -13,6 +13,7 @@ import gzip
 import json
 import hashlib
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -1166,6 +1167,31 @@ def test_a_stop_after_the_run_finished_says_its_outputs_are_complete(tmp_path, c
     assert said.startswith("Interrupted: the run had finished, its outputs are complete (") and said.endswith(")")
     assert sorted(said[said.index("(") + 1:-1].split(", ")) == sorted(
         str(tmp_path / f"o2{s}") for s in (".parquet", ".pca.npz", ".pca.report.json", ".pca.report.md", ".pca.report.png"))
+
+
+def test_a_stop_on_the_way_out_says_the_outputs_are_complete(tmp_path, capsys, monkeypatch):
+    """A Ctrl-C after extract's command had returned (the summary printed) said "Interrupted." (in main), or killed
+    the process with exit 130 and no line at all (after main): now the first says the outputs are complete, and the
+    console script ignores Ctrl-C / SIGTERM once main is done (found by a helper's review, one run in three)."""
+    import bertfeat.cli.app as app
+
+    real = app.app
+
+    def then_stopped(*args, **kwargs):
+        real(*args, **kwargs)
+        raise KeyboardInterrupt
+
+    src = write_csv(tmp_path / "in.csv", ["text"], [["hello"], ["world"]])
+    out = tmp_path / "o.parquet"
+    monkeypatch.setattr(app, "app", then_stopped)
+    rc, _, err = run(capsys, "extract", src, "-o", out, "--model", tiny_model())
+    assert (rc, err.splitlines()[-1]) == (130, f"Interrupted: the run had finished, its outputs are complete ({out})")
+    monkeypatch.undo()
+    code = ("import signal, sys; from bertfeat.cli.app import main; rc = main(['info', '--help'], exiting=True); "
+            "print(rc, signal.getsignal(signal.SIGINT) is signal.SIG_IGN, signal.getsignal(signal.SIGTERM) is signal.SIG_IGN)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.stdout.splitlines()[-1] == "0 True True", done.stderr
+    assert run(capsys, "info", "--help")[0] == 0 and signal.getsignal(signal.SIGINT) is signal.default_int_handler
 
 
 def test_a_file_name_too_long_names_no_other_option(tmp_path, capsys):
