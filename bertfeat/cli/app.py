@@ -119,7 +119,7 @@ def extract(
     max_batch_tokens: Optional[int] = typer.Option(None, "--max-batch-tokens", help="Token budget per batch (padded rows x length)."),
     long_text: str = typer.Option("truncate", "--long-text", help="truncate, chunk-mean, chunk-max or error."),
     stride: Optional[int] = typer.Option(None, "--stride", help="Tokens shared by neighbouring windows with --long-text chunk-* (default 32, or half a narrower window)."),
-    pca: Optional[str] = typer.Option(None, "--pca", help="Reduce with PCA: a number of components (100), a variance fraction (0.95) or mle (Minka's choice)."),
+    pca: Optional[str] = typer.Option(None, "--pca", help="Reduce with PCA: a number of components (100), a variance fraction (0.95), all, or mle (Minka's choice)."),
     pca_model: Optional[str] = typer.Option(None, "--pca-model", help="Reduce with a fitted PCA (.npz of `pca fit` or `extract --pca`, e.g. the training set's) instead of fitting one; its settings are checked against these features."),
     label: Optional[str] = typer.Option(None, "--label", help="With --pca: a column of class labels (kept in the output, as --keep) whose linear probe the PCA report adds: how well the first 1, 2, 4, ... k components predict it."),
     format: Optional[str] = typer.Option(None, "--format", help="parquet (default), npy or csv."),

@@ -176,12 +176,13 @@ def transform_command(
     from ..pca.reduce import reduce_features_file, unchecked_source
     from ..features.base import check_dtype
     from ..features.arrayfile import check_array_file
-    from ..run.outputs import check_name_lengths, check_outputs, feature_file_inputs, feature_file_outputs
+    from ..run.outputs import check_name_lengths, check_outputs, check_regular, feature_file_inputs, feature_file_outputs
     from ..checks import check_count, check_output_format, check_output_name, local_path
 
     check_count(batch_rows, "batch_rows")
     check_dtype(dtype)
     check_output_name(out, "output", "reduced.parquet")
+    check_regular([("output", Path(out))])  # before the format: /dev/stdout is not "to be named /dev/stdout.csv"
     check_output_format(out, fmt)
     out, features = Path(out), local_path(features, "feature file")
     pca_path = local_path(pca_path, "PCA model", "pca_model")

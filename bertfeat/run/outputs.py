@@ -152,11 +152,9 @@ def check_not_descriptor(outputs: Iterable[tuple[str, Path]], options: Mapping[s
                               f"file name{dash}")
 
 
-def check_overwrite(outputs: Iterable[tuple[str, Path]], overwrite: bool,
-                    options: Mapping[str, str] | None = None, resumed: Path | None = None) -> None:
-    """Refuse an output that is not a regular file (a FIFO, a device, a file descriptor's name such as /dev/stdout:
-    whatever the flags), and an existing output unless ``overwrite``. ``resumed``: the partial directory of the
-    interrupted run a resume continues: the outputs it may replace (``replaceable_outputs``) may exist."""
+def check_regular(outputs: Iterable[tuple[str, Path]], options: Mapping[str, str] | None = None) -> None:
+    """Refuse an output (label, path) that is not a regular file: a file descriptor's name (/dev/stdout), a device, a
+    FIFO, whatever the flags."""
     outputs = [(label, Path(out)) for label, out in outputs]
     check_not_descriptor(outputs, options)
     for label, out in outputs:
@@ -165,6 +163,15 @@ def check_overwrite(outputs: Iterable[tuple[str, Path]], overwrite: bool,
             raise OutputError(f"the {label} {out} is {kind}, not a regular file",
                               f"bertfeat writes regular files (atomically: a temporary file, then a rename); pass "
                               f"{_named_by(label, options)} with a file name")
+
+
+def check_overwrite(outputs: Iterable[tuple[str, Path]], overwrite: bool,
+                    options: Mapping[str, str] | None = None, resumed: Path | None = None) -> None:
+    """Refuse an output that is not a regular file (a FIFO, a device, a file descriptor's name such as /dev/stdout:
+    whatever the flags), and an existing output unless ``overwrite``. ``resumed``: the partial directory of the
+    interrupted run a resume continues: the outputs it may replace (``replaceable_outputs``) may exist."""
+    outputs = [(label, Path(out)) for label, out in outputs]
+    check_regular(outputs, options)
     if overwrite:
         return
     left = set() if resumed is None else replaceable_outputs(resumed)

@@ -343,6 +343,10 @@ def _engine_settings(o: ExtractOptions) -> tuple[str, DaskSettings | None]:
     elif o.wide and fmt == "npy":
         raise BertfeatError(f"{opt('wide', True)} applies to Parquet output, not npy",
                             f"drop {opt('wide')}, or use {opt('format', 'parquet')}")
+    if o.output is not None and o.engine != "dask":  # /dev/stdout --format csv: not "name it /dev/stdout.csv"
+        from .outputs import check_regular
+
+        check_regular([("output", Path(os.fspath(o.output)))])
     check_output_format(o.output, o.format)
     return fmt, dask
 

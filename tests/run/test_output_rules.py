@@ -30,6 +30,22 @@ def test_a_fifo_or_device_output_is_refused_whatever_the_flags(tmp_path, src, ca
                             "regular files (atomically: a temporary file, then a rename); pass -o with a file name\n")
 
 
+@pytest.mark.parametrize("fmt", ["csv", "npy"])
+def test_a_device_output_with_a_format_is_refused_as_a_device(tmp_path, src, capsys, fmt):
+    """-o /dev/stdout --format csv said "has no .csv extension - name the output /dev/stdout.csv" (a file in /dev), in
+    extract and pca transform: the device is what is wrong, said first (found by a helper's review)."""
+    rc, _, err = run(capsys, "extract", src, "-o", "/dev/null", "--model", tiny_model(), "--format", fmt)
+    assert (rc, err) == (1, "Error: the output /dev/null is a character device, not a regular file - bertfeat writes "
+                            "regular files (atomically: a temporary file, then a rename); pass -o with a file name\n")
+    feats = tmp_path / "f.parquet"
+    assert run(capsys, "extract", src, "-o", feats, "--model", tiny_model(), "--pca", 2)[0] == 0
+    rc, _, err = run(capsys, "pca", "transform", feats, "--pca-model", tmp_path / "f.pca.npz", "-o", "/dev/stdout",
+                     "--format", fmt)
+    assert (rc, err) == (1, "Error: the output /dev/stdout is standard output (file descriptor 1), not a file - bertfeat "
+                            "writes regular files (atomically: a temporary file, then a rename, which would replace "
+                            "/dev/stdout itself); pass -o with a file name\n")
+
+
 def test_a_pca_output_that_is_a_fifo_is_refused(tmp_path, src, capsys):
     feats = tmp_path / "f.parquet"
     assert run(capsys, "extract", src, "-o", feats, "--model", tiny_model())[0] == 0
