@@ -185,8 +185,8 @@ class Encoder:
         Threads that encode batches side by side; default every core.
     location : ModelLocation, optional
         A model already resolved (what unpickling and the Dask workers pass); ``model`` is then not looked up.
-    precision : {"fp32", "bf16", "int8", "auto"}, default "fp32"
-        "bf16": linear layers as bf16 GEMMs on oneDNN (the ``fast`` extra; refused, with what to do, where oneDNN or
+    precision : {"fp32", "bf16", "int8", "auto"} or None, default "fp32"
+        None: the default, as ``TextFeatures(precision=None)`` passes it. "bf16": linear layers as bf16 GEMMs on oneDNN (the ``fast`` extra; refused, with what to do, where oneDNN or
         the CPU's native bf16 is missing); "int8": uint8 x int8 GEMMs on oneDNN where the CPU has VNNI or AMX
         (quant.py); "auto": bf16 where native, else fp32. ``precision`` is then what runs, ``requested_precision``
         what was asked, ``gemm_path`` how and why (gemm.py, docs/precision.md). Features are float32 in every case.
@@ -194,7 +194,8 @@ class Encoder:
 
     def __init__(self, model: str | Path | None = None, *, max_length: int | None = None,
                  max_batch_tokens: int = DEFAULT_BATCH_TOKENS, threads: int | None = None,
-                 location: ModelLocation | None = None, precision: str = "fp32"):
+                 location: ModelLocation | None = None, precision: str | None = "fp32"):
+        precision = "fp32" if precision is None else precision
         check_threads(threads)  # the checks and messages of bertfeat.extract (plan.make_plan), before any loading
         check_max_length(max_length)
         check_max_batch_tokens(max_batch_tokens)

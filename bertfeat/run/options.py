@@ -99,7 +99,8 @@ def check_dtype(value) -> str:
     if value is not None and not isinstance(value, str):
         import numpy as np
 
-        if not (isinstance(value, np.dtype) or isinstance(value, type) and issubclass(value, np.generic)):
+        if not (isinstance(value, np.dtype) or any(value is t for t in (float, int, complex))  # float64 ...: by name
+                or isinstance(value, type) and issubclass(value, np.generic)):
             raise type_error("dtype", value, (str,))
         value = np.dtype(value).name  # float64, int8 ...: refused by name below
     return feature_dtype(value)
@@ -111,6 +112,8 @@ def parse_pca(value) -> int | float | str | None:
         raise BertfeatError(f"{opt('pca', value)} is not a size", "give a number of components (64) or a variance fraction (0.95)")
     if value is None:
         return None
+    if isinstance(value, numbers.Rational) and not isinstance(value, int):  # Fraction(1, 2): its text is '1/2'
+        value = float(value)
     from ..checks import parse_pca_spec  # "" (or blanks) is refused there, as not a number: it never means "no PCA"
 
     n = parse_pca_spec(value, "pca")
@@ -219,6 +222,8 @@ def keep_columns(keep) -> list[tuple[str, str | None]]:
     the input). Against the output (its format, the id column, its own columns): plan.check_keep."""
     from ..readers.kept import TYPE_NAMES
 
+    if not isinstance(keep, (str, bytes, dict)) and callable(getattr(keep, "tolist", None)):
+        keep = keep.tolist()  # a NumPy array or a pandas Index / Series of names (df.columns[[1, 2]])
     if keep is None or (isinstance(keep, (list, tuple, dict)) and not keep):
         return []
     if isinstance(keep, str):
@@ -231,6 +236,9 @@ def keep_columns(keep) -> list[tuple[str, str | None]]:
         name, typ = next((k, t) for k, t in keep.items() if t is not None and t not in TYPE_NAMES)
         raise BertfeatError(f"{opt('keep', keep)}: {typ!r} (the type of {name!r}) is not a type",
                             f"give one of {', '.join(TYPE_NAMES)}, or None for the input's own")
+    elif isinstance(keep, (set, frozenset)):
+        raise BertfeatError(f"{opt('keep', keep)} is a set, whose order is not the columns' order",
+                            f"give the names as a list, e.g. {opt('keep', sorted(map(str, keep)))}")
     else:
         raise BertfeatError(f"{opt('keep', keep)} is not a column name or a list of them",
                             f'give keep="label", keep=["label", "split"] or keep={{"label": "int"}} (types: '

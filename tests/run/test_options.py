@@ -19,7 +19,7 @@ from bertfeat.cli import app as cli
 from bertfeat.errors import BertfeatError, opt, render
 from bertfeat.ops.threads import default_threads
 from bertfeat.run.options import OPTIONS, ExtractOptions, check, encoder_keywords, feature_spec, option
-from extract_util import run, tiny_encoder, tiny_model, write_csv
+from extract_util import read_table, run, tiny_encoder, tiny_model, write_csv
 
 #: bertfeat.extract's keywords that are no option of the run: how it is shown and where it runs
 CALL_ONLY = {"client", "progress", "quiet"}
@@ -231,6 +231,37 @@ def test_a_value_of_another_type_is_refused_before_anything_is_written(tmp_path,
     assert sorted(p.name for p in tmp_path.iterdir()) == ["c.csv", "o.parquet"]
 
 
+def test_arrays_of_names_fractions_and_python_types_are_taken_as_what_they_say(tmp_path):
+    """keep=np.array([...]) / df.columns[[1]] (a pandas Index), pca=Fraction(1, 2) and dtype=float were refused as
+    not names, "pca='1/2' is not a number" and "is a type, not a string" (np.float32 was taken); a helper's review."""
+    import fractions
+
+    np = pytest.importorskip("numpy")
+    pd = pytest.importorskip("pandas")
+    src = write_csv(tmp_path / "c.csv", ["label", "text"], [["007", "a b"], ["1e5", "c d"], ["", "e f"], ["x", "g h"]])
+    out = tmp_path / "o.parquet"
+    for keep in (np.array(["label"]), pd.Index(["label"]), pd.DataFrame(columns=["label", "text"]).columns[[0]]):
+        s = bertfeat.extract(src, out, model=tiny_model(), cache=False, keep=keep, pca=fractions.Fraction(1, 2),
+                             overwrite=True)
+        assert s.rows_written == 4
+        assert read_table(out).column("label").to_pylist() == ["007", "1e5", "", "x"]
+    with pytest.raises(BertfeatError) as e:
+        bertfeat.extract(src, out, model=tiny_model(), dtype=float, overwrite=True)
+    assert str(e.value) == "unknown dtype='float64' - choose one of float32, float16 (float16 halves the file)"
+    with pytest.raises(BertfeatError) as e:
+        bertfeat.extract(src, out, model=tiny_model(), keep={"label"}, overwrite=True)
+    assert str(e.value) == ("keep={'label'} is a set, whose order is not the columns' order - give the names as a "
+                            "list, e.g. keep=['label']")
+
+
+def test_encoder_precision_none_is_the_default():
+    """TextFeatures(precision=None) means the Encoder's default; Encoder(precision=None) said 'unknown precision'."""
+    from bertfeat.model.encoder import Encoder
+
+    enc = Encoder(tiny_model(), precision=None)
+    assert (enc.precision, enc.requested_precision) == ("fp32", "fp32")
+
+
 def test_numpy_scalars_are_taken_as_the_numbers_they_hold(tmp_path):
     """np.int64 from a grid or a DataFrame cell: chunk_rows, max_bad_rows and pca once refused it as out of range."""
     np = pytest.importorskip("numpy")
@@ -299,7 +330,8 @@ def test_whole_floats_run_as_their_ints(tmp_path):
 def test_numpy_types_are_taken_as_the_dtype_they_name(tmp_path):
     """Found by the API audit: dtype=np.float16 (NumPy's own spelling, as in X.astype(np.float16)) was refused as
     `dtype=<class 'numpy.float16'> is a type, not a string - give dtype as a string`; it writes float16 now, as
-    dtype="float16" does. A NumPy type bertfeat does not write is refused by its name; another type still as one."""
+    dtype="float16" does. A NumPy type bertfeat does not write is refused by its name (float: float64, as NumPy reads
+    it); another type still as one."""
     import numpy as np
 
     from bertfeat.features import read_features
@@ -312,7 +344,8 @@ def test_numpy_types_are_taken_as_the_dtype_they_name(tmp_path):
         assert np.load(out).dtype == np.float16 and (np.load(out) == np.load(named.outputs["features"])).all()
         assert read_features(out)[2]["dtype"] == "float16"
     for given, message in ((np.float64, "unknown dtype='float64' - choose one of float32, float16"),
-                           (float, "dtype=<class 'float'> is a type, not a string - give dtype as a string")):
+                           (float, "unknown dtype='float64' - choose one of float32, float16"),  # NumPy's meaning
+                           (dict, "dtype=<class 'dict'> is a type, not a string - give dtype as a string")):
         with pytest.raises(BertfeatError, match=f"^{message}"):
             bertfeat.extract(src, tmp_path / "x.npy", model=tiny_model(), cache=False, dtype=given)
     assert not (tmp_path / "x.npy").exists()
