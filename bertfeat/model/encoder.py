@@ -461,8 +461,10 @@ class Encoder:
             check_size(stride, "stride", 0, None, " (tokens shared by neighbouring windows)")
             check_stride(stride, long_text)  # as extract: a stride another long-text mode ignores is refused
         width = max_length - self.tokenizer.specials[False]  # a window's own tokens (its template adds the rest)
-        if stride is None:  # 32, or half a window too narrow for it (max length 32 with chunk-mean was refused)
-            stride = DEFAULT_STRIDE if DEFAULT_STRIDE < width else max(width // 2, 0)
+        if stride is None:  # 32, or half a window too narrow for it (max length 32 with chunk-mean was refused);
+            # 32 whenever there are no windows: the stride is in every fingerprint, and theirs stay as they were
+            narrow = long_text.startswith("chunk") and DEFAULT_STRIDE >= width
+            stride = max(width // 2, 0) if narrow else DEFAULT_STRIDE
         stride = int(stride)
         if long_text.startswith("chunk") and not 0 <= stride < width:
             raise BertfeatError(f"{opt('stride', stride)}{' (the default)' if default else ''} is out of range for max "

@@ -179,6 +179,7 @@ def test_the_default_stride_fits_a_narrow_window(words, max_length, stride):
     doc = [" ".join(words[:200])]
     spec = enc.spec(long_text="chunk-mean", max_length=max_length)
     assert spec.stride == stride
+    assert enc.spec(max_length=max_length).stride == 32  # no windows: the fingerprint's stride as before
     np.testing.assert_array_equal(enc.encode(doc, long_text="chunk-mean", max_length=max_length),
                                   enc.encode(doc, long_text="chunk-mean", max_length=max_length, stride=stride))
 
