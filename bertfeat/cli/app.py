@@ -30,6 +30,7 @@ app = typer.Typer(
 
 _DEBUG = False  # --debug: unexpected exceptions keep their traceback
 _ARGV: list[str] | None = None  # the arguments main() was called with (for the provenance's command line)
+_EXITING = False  # main(exiting=True): the process ends after the command (the console script)
 # A library error names options by their Python parameters (errors.opt); shown here, each is the flag that
 # sets it: "--" + the name with dashes, or as this table spells it.
 FLAGS = {"output": "-o", "cache=False": "--no-cache"}  # (a value with a flag of its own: errors.render)
@@ -366,7 +367,7 @@ def _dask_logs_routed(engine: str):
 
     from ..run.dask_cluster import routed_logs
 
-    return routed_logs() if engine == "dask" and not _DEBUG else contextlib.nullcontext()
+    return routed_logs(restore=not _EXITING) if engine == "dask" and not _DEBUG else contextlib.nullcontext()
 
 
 def _command_line() -> str:
@@ -673,6 +674,8 @@ def main(argv: list[str] | None = None, *, exiting: bool = False) -> int:
     """
     import signal
 
+    global _EXITING
+    _EXITING = exiting
     previous, hooked = _terminate_as_interrupt(), _stops_delivered_again()
     try:
         code = _run_main(argv)

@@ -161,6 +161,18 @@ def _check_not_in_spawned_import() -> None:
         frame = frame.f_back
 
 
+def _carry_note(interrupt: BaseException) -> None:
+    """A second Ctrl-C raised while the first one's handling ran (releasing the output lock, a signal redelivered)
+    takes the first one's note (what the run kept, or that the outputs are complete): the line said "Interrupted."."""
+    seen, e = set(), interrupt.__context__
+    while e is not None and id(e) not in seen and getattr(interrupt, "resume_note", None) is None:
+        seen.add(id(e))
+        if isinstance(e, KeyboardInterrupt) and getattr(e, "resume_note", None) is not None:
+            interrupt.resume_note = e.resume_note
+            interrupt.resume_note_python = getattr(e, "resume_note_python", e.resume_note)
+        e = e.__context__
+
+
 def run(plan, progress=None, client=None) -> ExtractSummary:
     """Execute a plan on its engine, holding its outputs' lock (outlock.py) for the whole run: a second run on the
     same output is refused at once, naming this one. The output rules are checked again under the lock (another
@@ -181,6 +193,7 @@ def run(plan, progress=None, client=None) -> ExtractSummary:
         interrupt = interrupt_in(e)  # a Ctrl-C in a kernel before an engine handled it (the model's load): itself
         if interrupt is None:
             raise
+        _carry_note(interrupt)
         note = getattr(interrupt, "resume_note_python", None)  # what the run kept, as the exception's message for Python
         if note and not interrupt.args:  # callers (the CLI's one line after Ctrl-C prints it too)
             interrupt.args = (note,)

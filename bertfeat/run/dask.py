@@ -452,9 +452,11 @@ def run(plan, progress: NullProgress | None = None, client=None) -> ExtractSumma
             repeats.report(job.summary, plan.reader.name, plan.reader.id_column)
         job.respelled.report(job.summary, plan.reader)
     except BaseException as e:  # what the failure keeps and says: failures.py
-        raise job.failed(e)
-    finally:
-        job.close()
+        try:
+            raise job.failed(e)
+        finally:
+            job.close()
+    job.close_finished()
     job.summary.elapsed = time.perf_counter() - t0
     return job.summary
 
@@ -754,7 +756,10 @@ class DaskRun:
     def failed(self, e: BaseException) -> BaseException:
         """The tasks cancelled; the exception to raise, OUTPUT.partial/ kept or removed (failures.handle). Before it
         was opened, nothing on disk is this run's."""
-        cancel(self.client, self.futures)
+        try:
+            cancel(self.client, self.futures)
+        except KeyboardInterrupt:  # a second Ctrl-C as the tasks are cancelled: the stop is told as below all the same
+            pass
         if self.group is not None and self.group.done:  # a Ctrl-C held back until the files were in place: complete
             self.completed = True
         if not self.opened:
@@ -767,6 +772,15 @@ class DaskRun:
             if self.over_limit is not None:  # its words counted the parts before the running tasks wrote theirs
                 e = self.plan.max_bad_rows.error(*self.over_limit, kept_for_limit(self.failure("resumable")))
         return handle(e, self.failure(kind_of(e, (ClusterError,))), lambda: remove_directory(self.partial))
+
+    def close_finished(self) -> None:
+        """close() once the outputs are in place: a stop while our cluster closes (a second or so) says they are
+        complete, as a stop after the local engine's last write does (it said "Interrupted." alone)."""
+        self.completed = True
+        try:
+            self.close()
+        except KeyboardInterrupt as e:
+            raise handle(e, self.failure("interrupt"), lambda: None)
 
     def close(self) -> None:
         """The progress stopped and our own cluster closed (once: failed may close it before counting the parts)."""

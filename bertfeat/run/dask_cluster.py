@@ -50,11 +50,12 @@ def run_task(fn, *args):
 
 
 @contextlib.contextmanager
-def routed_logs():
+def routed_logs(restore: bool = True):
     """While a command line runs the Dask engine, distributed's log records (and tornado's and asyncio's under it) are
     dropped instead of printed: a scheduler that goes away mid-run, or connections closing as the client shuts down,
     would print their tracebacks above the run's one ``Error:`` line, which says what happened (gather names a lost
-    scheduler; ``bertfeat --debug`` keeps the log). The handlers are put back after."""
+    scheduler; ``bertfeat --debug`` keeps the log). The handlers are put back after, unless not ``restore`` (the
+    process exits next: a cluster a stop left closing logs its shutdown there, below the run's last line)."""
     try:
         import distributed  # noqa: F401 - its import installs the stderr handlers set aside here
     except ImportError:  # the plan says how to install it
@@ -68,7 +69,7 @@ def routed_logs():
     try:
         yield
     finally:
-        for logger, handlers, propagate in saved:
+        for logger, handlers, propagate in saved if restore else ():
             logger.handlers, logger.propagate = handlers, propagate
 
 
@@ -137,6 +138,18 @@ def dask_setup(worker) -> None:
 
     if threading.current_thread() is threading.main_thread():  # signal handlers are set from the main thread only
         signal.signal(signal.SIGINT, signal.SIG_IGN)
+    quiet_heartbeat_failures()
+
+
+#: what a worker logs, with 40 lines of traceback, when its scheduler closes under a heartbeat in flight: as the
+#: client's stop closes the cluster (below its one Interrupted line), or when the scheduler is lost (which the client's
+#: own error names)
+HEARTBEAT_FAILED = "Failed to communicate with scheduler during heartbeat"
+
+
+def quiet_heartbeat_failures() -> None:
+    """Drop the worker logger's HEARTBEAT_FAILED records in this process (a worker of the cluster bertfeat starts)."""
+    logging.getLogger("distributed.worker").addFilter(lambda r: not str(r.msg).startswith(HEARTBEAT_FAILED))
 
 
 def start_local_cluster(make, **kw):

@@ -118,6 +118,33 @@ def test_an_interrupted_python_call_says_what_was_kept(tmp_path):
     assert bertfeat.extract(src, out, model=tiny_model(), chunk_rows=3, resume=True).chunks_resumed == 2
 
 
+def test_a_second_ctrl_c_while_the_first_is_handled_keeps_the_first_ones_note(tmp_path, monkeypatch):
+    """A second KeyboardInterrupt raised as the first unwound (releasing the output lock; a signal sent again) had no
+    note: 'Interrupted.' where the run had kept its chunks, or finished (found in a helper's review of Dask stops)."""
+    import contextlib
+
+    import bertfeat.run.outlock as outlock
+
+    real = outlock.output_lock
+
+    @contextlib.contextmanager
+    def stopped_again(*a, **k):
+        with real(*a, **k):
+            try:
+                yield
+            finally:
+                if k.get("create", True):  # the run's lock (the plan's check takes one with create=False)
+                    raise KeyboardInterrupt  # the second one, with the first as its context
+
+    monkeypatch.setattr(outlock, "output_lock", stopped_again)
+    src = corpus(tmp_path / "c.csv", 12)
+    out = tmp_path / "o.parquet"
+    with pytest.raises(KeyboardInterrupt) as e:
+        bertfeat.extract(src, out, model=tiny_model(), chunk_rows=3, progress=Interrupt(2))
+    assert e.value.resume_note == f"2 chunk(s) are kept in {out}.partial; run the same command with --resume to continue"
+    assert str(e.value) == f"2 chunk(s) are kept in {out}.partial; run the same command with resume=True to continue"
+
+
 @pytest.mark.parametrize("given, resumed", [
     (dict(encoder_options={"threads": 1}), dict(threads=2)),
     (dict(encoder_options={"max_length": 64}), dict(max_length=64)),
