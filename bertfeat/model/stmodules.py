@@ -696,6 +696,9 @@ def module_entries(d: Path) -> list[tuple[str, str]]:
         if Path(path).is_absolute() or ".." in Path(path).parts:
             raise ConfigError(f"modules.json: the {kind} module's path '{path}' is outside the model folder",
                               "restore modules.json from the model (every module's files are in the model folder)")
+        if path and (d / path).is_file():  # its files were looked for inside it: "config.json/config.json is missing"
+            raise ConfigError(f"modules.json: the {kind} module's path '{path}' is a file, not a folder",
+                              "restore modules.json from the model (a module's path names the folder of its files)")
         out.append((kind, _module_path(path)))
     return out
 

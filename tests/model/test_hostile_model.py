@@ -725,6 +725,18 @@ class TestModelFilesStayInsideTheFolder:
         # before: the vectors came from the outside folder, and a cached run kept serving them after it changed
         extract_refuses(capsys, tmp_path, d, message, ["a text", "another"], "--cache", tmp_path / "cache")
 
+    @pytest.mark.parametrize("index, kind, path", [(1, "Pooling", "config.json"), (2, "Dense", "2_Dense/config.json")])
+    def test_a_module_path_that_names_a_file_is_refused_as_one(self, tmp_path, capsys, index, kind, path):
+        """It said 'config.json/config.json is missing - restore the Dense module's config.json' (a helper's review)."""
+        d = st_model(tmp_path / "m")
+        set_module_path(d, index, path)
+        message = (f"modules.json: the {kind} module's path '{path}' is a file, not a folder - restore modules.json from "
+                   "the model (a module's path names the folder of its files)")
+        with pytest.raises(ConfigError) as e:
+            Encoder(d)
+        assert e.value.message == message
+        assert run(capsys, "info", d, "--files") == (1, "", f"Error: {message}\n")
+
     @pytest.mark.parametrize("link, first_read", [
         ("2_Dense", "2_Dense/config.json"),  # the module's folder is a link
         ("1_Pooling/config.json", "1_Pooling/config.json"),
