@@ -330,11 +330,26 @@ def _encoder_options(o: ExtractOptions) -> ExtractOptions:
                                encoder_options=dict(o.encoder_options or {}), **checked)
 
 
+def _refuse_dask_output(out: Path) -> None:
+    """The local engine writes a file: over a Dask run's output directory (its parts and provenance) --overwrite
+    cannot replace it, and said only "is a directory - pass -o with a file name"; say what it is and both ways out."""
+    from ..features.reader import DIRECTORY_PROVENANCE
+
+    if out.is_dir() and (out / DIRECTORY_PROVENANCE).is_file():
+        raise BertfeatError(f"the output {out} is a directory of parts written by {opt('engine', 'dask')}, and "
+                            f"{opt('engine', 'local')} (the default) writes one file",
+                            f"pass {opt('output')} with another name, e.g. {opt('output', str(out.with_name(out.stem + '.local' + out.suffix)))}, "
+                            f"or remove that directory first (rm -r {shlex.quote(str(out))}), or run with "
+                            f"{opt('engine', 'dask')} again")
+
+
 def _engine_settings(o: ExtractOptions) -> tuple[str, DaskSettings | None]:
     """The output's format and name, and the engine's own rules -> (the format written, the Dask settings or None)."""
     from ..checks import check_output_format, check_output_name
 
     fmt = output_format(o.output, o.format)
+    if o.output is not None and o.engine != "dask":
+        _refuse_dask_output(Path(os.fspath(o.output)))
     if o.output is not None:  # a URL, a directory ...: refused before the format's or the engine's own rules
         check_output_name(o.output, "output", f"features.{fmt}", kind="directory" if o.engine == "dask" else "file")
     dask = None

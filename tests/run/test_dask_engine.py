@@ -1803,6 +1803,21 @@ def test_a_ctrl_c_as_a_finished_run_closes_its_cluster_says_the_outputs_are_comp
     assert not out.with_name(out.name + ".partial").exists()
 
 
+def test_a_local_run_over_a_dask_output_says_what_it_is(data, tmp_path, client, capsys):
+    """--overwrite of a Dask run's output directory by the local engine said only 'is a directory - pass -o with a
+    file name' (a helper's review): what it is, and the three ways on."""
+    from extract_util import run
+
+    out = tmp_path / "o.parquet"
+    extract_dask(_opts(data, out), client=client)
+    rc, _, err = run(capsys, "extract", data, "-o", out, "--overwrite")  # refused before the model loads
+    assert (rc, err) == (1, f"Error: the output {out} is a directory of parts written by --engine dask, and --engine "
+                            f"local (the default) writes one file - pass -o with another name, e.g. -o "
+                            f"{tmp_path / 'o.local.parquet'}, or remove that directory first (rm -r {out}), or run with "
+                            "--engine dask again\n")
+    assert (out / "_bertfeat.json").is_file()
+
+
 def test_ctrl_c_to_the_process_group_is_one_line_and_the_run_resumes(tmp_path, real_sentences):
     """Ctrl-C in a terminal sends SIGINT to the whole process group: the local cluster's worker processes each printed
     a ~30-line KeyboardInterrupt traceback above the run's 'Interrupted: ...' line (found by audit, every try). They
