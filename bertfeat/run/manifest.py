@@ -133,6 +133,10 @@ OPTIONAL_DEFAULTS = {"dtype": "float32", "max_field_bytes": DEFAULT_MAX_FIELD_BY
 CACHE_SPANS = ("long_text", "stride", "max_length")
 
 
+#: manifest keys that follow from the input's files (the Dask engine's count of partitions): they change with it
+FROM_INPUT = ("partitions",)
+
+
 def _resume_fix(old: dict, new: dict) -> str:
     """How to go on when a resume is refused: start over, or the original settings; when only settings the cache
     spans changed, that the cache makes starting over cost only the long rows (the interrupted run's settings named).
@@ -140,7 +144,7 @@ def _resume_fix(old: dict, new: dict) -> str:
     start_over = f"rerun with {opt('overwrite', True)} instead of {opt('resume', True)} to start over"
     changed = {k for k, _, _ in _differences(old, new)}
     no_cache = old.get(RECORDED_ONLY) is False
-    if changed == {"input"} and _same_input(old.get("input"), new.get("input")):  # its files changed: no setting to restore
+    if changed - set(FROM_INPUT) == {"input"} and _same_input(old.get("input"), new.get("input")):  # its files changed: no setting to restore
         if no_cache:
             return f"{start_over} on the input as it is now (every row is encoded again: the interrupted run had no vector cache)"
         return (f"{start_over} on the input as it is now (with the vector cache the interrupted run used, "

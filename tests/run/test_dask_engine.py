@@ -1803,6 +1803,26 @@ def test_a_ctrl_c_as_a_finished_run_closes_its_cluster_says_the_outputs_are_comp
     assert not out.with_name(out.name + ".partial").exists()
 
 
+def test_a_file_added_to_the_input_says_to_start_over_as_the_local_engine_does(data, tmp_path, client):
+    """The Dask manifest's partition count changes with the input's files, and with it the refusal's fix fell back to
+    'or use the original settings', which no setting could satisfy; the local engine's words now (a helper's review)."""
+    from bertfeat.errors import ResumeError
+
+    src = tmp_path / "corpus"
+    shutil.copytree(data, src)
+    out = tmp_path / "o.parquet"
+    with pytest.raises(KeyboardInterrupt):
+        extract_dask(_opts(src, out, cache=False), None, _InterruptAfterFirst(), client=client)
+    _wait_idle(client)
+    shutil.copy(src / "part0.parquet", src / "part9.parquet")
+    with pytest.raises(ResumeError) as e:
+        extract_dask(_opts(src, out, cache=False, resume=True), None, client=client)
+    assert str(e.value) == (f"cannot resume: the settings or the input differ from the interrupted run (input file added: "
+                            f"{src / 'part9.parquet'}; partitions: {N_PARTS} -> {N_PARTS + 1}) - rerun with "
+                            "overwrite=True instead of resume=True to start over on the input as it is now (every row "
+                            "is encoded again: the interrupted run had no vector cache)")
+
+
 def test_a_local_run_over_a_dask_output_says_what_it_is(data, tmp_path, client, capsys):
     """--overwrite of a Dask run's output directory by the local engine said only 'is a directory - pass -o with a
     file name' (a helper's review): what it is, and the three ways on."""
