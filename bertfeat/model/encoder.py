@@ -186,8 +186,8 @@ class Encoder:
     location : ModelLocation, optional
         A model already resolved (what unpickling and the Dask workers pass); ``model`` is then not looked up.
     precision : {"fp32", "bf16", "int8", "auto"} or None, default "fp32"
-        None: the default, as ``TextFeatures(precision=None)`` passes it. "bf16": linear layers as bf16 GEMMs on oneDNN (the ``fast`` extra; refused, with what to do, where oneDNN or
-        the CPU's native bf16 is missing); "int8": uint8 x int8 GEMMs on oneDNN where the CPU has VNNI or AMX
+        None: the default, as ``TextFeatures(precision=None)`` passes it. "bf16": linear layers as bf16 GEMMs on
+        oneDNN (the ``fast`` extra; refused, with what to do, where oneDNN or the CPU's native bf16 is missing); "int8": uint8 x int8 GEMMs on oneDNN where the CPU has VNNI or AMX
         (quant.py); "auto": bf16 where native, else fp32. ``precision`` is then what runs, ``requested_precision``
         what was asked, ``gemm_path`` how and why (gemm.py, docs/precision.md). Features are float32 in every case.
     """
