@@ -703,6 +703,14 @@ def set_module_path(d: Path, index: int, path: str) -> None:
     (d / "modules.json").write_text(json.dumps(mods))
 
 
+def refused_by_load_and_info(capsys, d: Path, message: str) -> None:
+    """Encoder(d) and `bertfeat info d --files` refuse the model folder with ``message``."""
+    with pytest.raises(ConfigError) as e:
+        Encoder(d)
+    assert e.value.message == message
+    assert run(capsys, "info", d, "--files") == (1, "", f"Error: {message}\n")
+
+
 class TestModelFilesStayInsideTheFolder:
     """Issue 44.1: every file the loading reads is inside the model folder, or the model is refused in one line (a
     module's path in modules.json, a symbolic link); the cache's fingerprint and `info --files` list exactly those
@@ -718,10 +726,7 @@ class TestModelFilesStayInsideTheFolder:
         set_module_path(d, index, path)
         message = (f"modules.json: the {kind} module's path '{path}' is outside the model folder - restore modules.json "
                    "from the model (every module's files are in the model folder)")
-        with pytest.raises(ConfigError) as e:
-            Encoder(d)
-        assert e.value.message == message
-        assert run(capsys, "info", d, "--files") == (1, "", f"Error: {message}\n")
+        refused_by_load_and_info(capsys, d, message)
         # before: the vectors came from the outside folder, and a cached run kept serving them after it changed
         extract_refuses(capsys, tmp_path, d, message, ["a text", "another"], "--cache", tmp_path / "cache")
 
@@ -732,10 +737,7 @@ class TestModelFilesStayInsideTheFolder:
         set_module_path(d, index, path)
         message = (f"modules.json: the {kind} module's path '{path}' is a file, not a folder - restore modules.json from "
                    "the model (a module's path names the folder of its files)")
-        with pytest.raises(ConfigError) as e:
-            Encoder(d)
-        assert e.value.message == message
-        assert run(capsys, "info", d, "--files") == (1, "", f"Error: {message}\n")
+        refused_by_load_and_info(capsys, d, message)
 
     @pytest.mark.parametrize("link, first_read", [
         ("2_Dense", "2_Dense/config.json"),  # the module's folder is a link
