@@ -45,7 +45,7 @@ def ids_sidecar_path(path: str | os.PathLike) -> Path:
     return path.with_name(f"{path.stem}.ids.csv")
 
 
-def npy_header(n: int, d: int, dtype: str = "float32") -> bytes:
+def make_npy_header(n: int, d: int, dtype: str = "float32") -> bytes:
     """A version-1.0 .npy header for a C-order little-endian (n, d) array of ``dtype`` ('<f4' float32, '<f2' float16),
     exactly 128 bytes."""
     descr = np.dtype(dtype).newbyteorder("<").str
@@ -105,7 +105,7 @@ class NpyFile(FeatureFile):
         self._ids = AtomicFile(ids_sidecar_path(spec.path))
         self._npy = open(self._main.tmp, "wb")
         try:  # any exception, Ctrl-C included (a nested column type CSV cannot hold): no temporary file left behind
-            self._npy.write(npy_header(0, spec.dim, spec.dtype))
+            self._npy.write(make_npy_header(0, spec.dim, spec.dtype))
             self._schema = pa.schema(csv_fields([spec.id_field, *spec.extra_fields]))
             self._csv = pcsv.CSVWriter(str(self._ids.tmp), self._schema)
         except BaseException:
@@ -125,7 +125,7 @@ class NpyFile(FeatureFile):
     def finish(self, metadata_text: str) -> None:
         self._csv.close()
         self._npy.seek(0)
-        self._npy.write(npy_header(self._rows, self.spec.dim, self.spec.dtype))
+        self._npy.write(make_npy_header(self._rows, self.spec.dim, self.spec.dtype))
         self._npy.close()
         with together():  # the ids, the provenance and the matrix appear together (an interrupted run: none of them)
             self._ids.commit()
