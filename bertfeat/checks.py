@@ -458,6 +458,15 @@ def directory_output_error(path, what: str, example: str, why: str = "is a direc
                          f"pass {opt(option)} with a file name, e.g. {opt(option, inside)}")
 
 
+def _is_dir(path: str) -> bool:
+    """Whether ``path`` is a directory; False when it cannot be looked at (a name too long for its file system: the
+    name-length check says so, with the bytes to cut, where Path.is_dir raised ENAMETOOLONG)."""
+    try:
+        return Path(path).is_dir()
+    except OSError:
+        return False
+
+
 def check_output_name(path: str | Path, what: str, example: str, option: str = "output", kind: str = "file") -> None:
     """Refuse an output (or a report prefix) that names no file: empty (-o "") or an extension alone (-o .npz), which
     would write hidden files such as .npz or ..report.json; ``-``, standard output, which bertfeat never writes to
@@ -477,7 +486,7 @@ def check_output_name(path: str | Path, what: str, example: str, option: str = "
     why = names_directory(text)
     if why is not None and not (kind == "directory" and text.endswith(("/", os.sep))):
         raise directory_output_error(text, what, example, why, option)
-    if kind == "file" and Path(text).is_dir():
+    if kind == "file" and _is_dir(text):
         raise directory_output_error(text, what, example, option=option)
     refuse_blank_edges(text, what, example, option)
 

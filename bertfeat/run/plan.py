@@ -335,7 +335,11 @@ def _refuse_dask_output(out: Path) -> None:
     cannot replace it, and said only "is a directory - pass -o with a file name"; say what it is and both ways out."""
     from ..features.reader import DIRECTORY_PROVENANCE
 
-    if out.is_dir() and (out / DIRECTORY_PROVENANCE).is_file():
+    try:
+        dask_output = out.is_dir() and (out / DIRECTORY_PROVENANCE).is_file()
+    except OSError:  # a name too long (or a loop of links): the name checks after this say it
+        return
+    if dask_output:
         raise BertfeatError(f"the output {out} is a directory of parts written by {opt('engine', 'dask')}, and "
                             f"{opt('engine', 'local')} (the default) writes one file",
                             f"pass {opt('output')} with another name, e.g. {opt('output', str(out.with_name(out.stem + '.local' + out.suffix)))}, "
@@ -658,6 +662,8 @@ def check_layout(layout: OutputLayout, reader, input: str, overwrite: bool, resu
     from .outputs import check_name_lengths, check_not_directory, check_not_input, check_overwrite, partial_run_error
 
     out = layout.features
+    outs = layout.outputs()
+    check_name_lengths(outs + [("partial directory", layout.partial)])  # first: a name too long cannot be looked at
     from ..readers.paths import local_containers
 
     inputs = (([] if input == "-" else list(reader.files)) + local_containers(input)  # (a zip:// URL's archive)
@@ -677,8 +683,6 @@ def check_layout(layout: OutputLayout, reader, input: str, overwrite: bool, resu
 
         if is_url(input):
             inputs = [pca_model] if pca_model is not None else []
-    outs = layout.outputs()
-    check_name_lengths(outs + [("partial directory", layout.partial)])
     check_not_input(outs + [("partial directory", layout.partial)], inputs)
     check_not_directory([(label, p) for label, p in outs if p != out], side_files=True)  # found up front, not at the end
     partial = layout.partial

@@ -138,6 +138,20 @@ def test_overwrite_keeps_a_private_outputs_permissions(tmp_path, src, capsys, fm
     assert {p.name: p.stat().st_mode & 0o777 for p in mine} == {p.name: 0o600 for p in mine}
 
 
+@pytest.mark.parametrize("engine", ["local", "dask"])
+@pytest.mark.parametrize("n", [256, 262, 300])
+def test_an_output_name_too_long_itself_says_how_much_to_cut(tmp_path, capsys, engine, n):
+    """The output's own name past 255 bytes met a Path.is_dir probe first (ENAMETOOLONG): 'file name too long - choose
+    a shorter file name', without the bytes to cut docs/errors.md quotes (found by a docs review)."""
+    src = write_csv(tmp_path / "in.csv", ["text"], [["a b"], ["c d"]])
+    out = tmp_path / _named(n, ".parquet")
+    rc, _, err = run(capsys, "extract", src, "-o", out, "--model", tiny_model(), "--engine", engine)
+    assert (rc, err) == (1, f"Error: the output name '{out.name}' is too long for its file system ({n} bytes; the "
+                            f"limit is 255) - choose an output name at least {n - 255} byte{'s' * (n != 256)} shorter "
+                            "with -o\n")
+    assert [p.name for p in tmp_path.iterdir()] == ["in.csv"]
+
+
 @pytest.mark.parametrize("fmt", ["npy", "csv"])
 @pytest.mark.parametrize("n", range(249, 256))
 def test_a_npy_or_csv_output_name_whose_side_file_cannot_fit_is_refused_saying_how_much_to_cut(tmp_path, capsys, fmt, n):
