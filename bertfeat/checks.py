@@ -458,7 +458,7 @@ def directory_output_error(path, what: str, example: str, why: str = "is a direc
                          f"pass {opt(option)} with a file name, e.g. {opt(option, inside)}")
 
 
-def _is_dir(path: str) -> bool:
+def is_directory(path: str | os.PathLike) -> bool:
     """Whether ``path`` is a directory; False when it cannot be looked at (a name too long for its file system: the
     name-length check says so, with the bytes to cut, where Path.is_dir raised ENAMETOOLONG)."""
     try:
@@ -486,7 +486,7 @@ def check_output_name(path: str | Path, what: str, example: str, option: str = "
     why = names_directory(text)
     if why is not None and not (kind == "directory" and text.endswith(("/", os.sep))):
         raise directory_output_error(text, what, example, why, option)
-    if kind == "file" and _is_dir(text):
+    if kind == "file" and is_directory(text):
         raise directory_output_error(text, what, example, option=option)
     refuse_blank_edges(text, what, example, option)
 

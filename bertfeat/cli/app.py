@@ -857,8 +857,6 @@ def usage_error(e: BaseException) -> str:
 
 def _extra_fix(extras: list[str], fix: str) -> str:
     """How to fix extra arguments: an option written after ``--`` (a text then) goes before it; else quoting."""
-    import sys
-
     argv = _ARGV if _ARGV is not None else sys.argv[1:]
     after = argv[argv.index("--") + 1:] if "--" in argv else []
     late = [a for a in extras if a.startswith("-") and a in after]

@@ -333,13 +333,10 @@ def _encoder_options(o: ExtractOptions) -> ExtractOptions:
 def _refuse_dask_output(out: Path) -> None:
     """The local engine writes a file: over a Dask run's output directory (its parts and provenance) --overwrite
     cannot replace it, and said only "is a directory - pass -o with a file name"; say what it is and both ways out."""
+    from ..checks import is_directory
     from ..features.reader import DIRECTORY_PROVENANCE
 
-    try:
-        dask_output = out.is_dir() and (out / DIRECTORY_PROVENANCE).is_file()
-    except OSError:  # a name too long (or a loop of links): the name checks after this say it
-        return
-    if dask_output:
+    if is_directory(out) and (out / DIRECTORY_PROVENANCE).is_file():  # (a name too long: the name checks say it)
         raise BertfeatError(f"the output {out} is a directory of parts written by {opt('engine', 'dask')}, and "
                             f"{opt('engine', 'local')} (the default) writes one file",
                             f"pass {opt('output')} with another name, e.g. {opt('output', str(out.with_name(out.stem + '.local' + out.suffix)))}, "
