@@ -29,7 +29,7 @@ sys.path.insert(0, str(HERE))
 
 from corpus import build_corpus  # noqa: E402
 
-ROWS = 512  # token rows per batch: encoder.DEFAULT_BATCH_TOKENS
+ROWS = 512  # token rows per batch: batching.DEFAULT_BATCH_TOKENS
 
 
 def linear_shapes(cfg: dict) -> dict[str, tuple[int, int]]:

@@ -38,7 +38,7 @@ from bertfeat.errors import BertfeatError
 from bertfeat.ops import cpu as cpuinfo, gemm, onednn, quant
 from bertfeat.ops.threads import default_threads
 
-ROWS = 512  # token rows per product: encoder.DEFAULT_BATCH_TOKENS
+ROWS = 512  # token rows per product: batching.DEFAULT_BATCH_TOKENS
 PRECISIONS = ("fp32", "bf16", "int8")
 #: model -> (layers, hidden size, intermediate size)
 MODELS = {"minilm": (6, 384, 1536), "bert-base": (12, 768, 3072)}

@@ -26,8 +26,8 @@ from typing import Any
 import numpy as np
 from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin
 
-from .model.encoder import (Encoder, LongTextError, NoTokensError, NonFiniteFeaturesError, TokenPastTableError,
-                            text_list)
+from .model.encoder import Encoder
+from .model.inputs import LongTextError, NoTokensError, NonFiniteFeaturesError, TokenPastTableError, text_list
 from .errors import BertfeatError
 from .checks import check_size
 from .readers.textcheck import check_text

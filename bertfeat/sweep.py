@@ -42,7 +42,7 @@ REPORT_KIND = "bertfeat-sweep"
 @dataclass(frozen=True)
 class FeatureSet:
     name: str  # as given: own, cls@-2, ...
-    spec: object  # encoder.FeatureSpec
+    spec: object  # spec.FeatureSpec
     options: str  # the `bertfeat extract` options that give these features ("" for the model's own embedding)
 
 
@@ -460,9 +460,9 @@ def _cached_sets(enc, chosen: list, chunk, todo: list[int], cache, tell, bar,
     """The sets' vectors of the sample's rows ``todo`` with the vector cache: each set's known rows read under its
     own fingerprint, or one whose vectors of them are the same bits, as extract reads them (cache.store.spec_siblings:
     another name of the prompt, long-text policy, stride or max length), the rows any set misses encoded in groups
-    that give each set exactly extract's vectors (encoder.exact_groups), and stored for the sets that missed them
+    that give each set exactly extract's vectors (spec.exact_groups), and stored for the sets that missed them
     (``row_label``: the reader's, for a row whose features come out NaN). -> (vectors per set, counts)."""
-    from .model.encoder import exact_groups
+    from .model.spec import exact_groups
     from .run.chunks import named_rows
     from .cache.store import cache_fingerprint, open_cache, read_only_note, register_spec, spec_siblings, text_key
 

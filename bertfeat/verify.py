@@ -78,7 +78,7 @@ def _input_path(meta: dict, features: Path, given: str | os.PathLike | None) -> 
 
 def _spec_from(fingerprint: dict, path: Path):
     """The feature settings the provenance records (of their types: features.base.check_provenance), as a FeatureSpec."""
-    from .model.encoder import FeatureSpec
+    from .model.spec import FeatureSpec
 
     fields = dict(fingerprint)
     try:

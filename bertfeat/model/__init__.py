@@ -2,5 +2,6 @@
 one name table per family, every shape asserted; every weights file, the encoder's and its modules', is read there), tokenization (``tokenize.py``; the special and added tokens a folder declares: ``declared.py``), the forward passes (``bert.py``,
 ``mpnet.py``, ``modernbert.py``; ``families.py`` dispatches on model_type), pooling (``pooling.py``), the model's own
 sentence-transformers modules (``stmodules.py``; torch.save's ``pytorch_model.bin``, the encoder's or a module's, read
-without unpickling: ``torchfile.py``) and ``Encoder`` (``encoder.py``: batches, long texts, threads; ``encoder_cache.py``
-keeps one per model and settings per process). Every linear layer goes through ``bertfeat.ops``."""
+without unpickling: ``torchfile.py``) and ``Encoder`` (``encoder.py``: batches, long texts, threads; what a vector means:
+``spec.py``; the texts' checks and the errors naming rows: ``inputs.py``; batches and windows: ``batching.py``;
+``encoder_cache.py`` keeps one per model and settings per process). Every linear layer goes through ``bertfeat.ops``."""

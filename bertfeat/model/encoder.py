@@ -9,25 +9,25 @@ and int8 never batches short sequences with long ones (split_short_batches): bit
 
 Over 500 lines on purpose: one class whose state lives across calls (the loaded model, its tokenizer, the
 sentence-transformers pipeline, threads and batch budget) with the argument checks of its public methods beside
-them; the math it calls lives in bert.py, pooling.py and the family modules.
+them. What a vector means is spec.py's ``FeatureSpec``; the texts' checks and the errors naming rows are inputs.py's;
+batches and windows are batching.py's; the math lives in bert.py, pooling.py and the family modules.
 """
 
 from __future__ import annotations
 
 import queue
-from collections.abc import Mapping
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
 
 from ..ops import gemm
 from .config import ROBERTA_TYPES, BertConfig
-from ..errors import BertfeatError, ConfigError, InputError, clipped, opt, warn
+from ..errors import BertfeatError, ConfigError, opt, warn
 from .hub import ModelLocation, file_states, files_differ, model_files, model_files_digest, resolve_model
 from .families import forward, load_model_weights
 from .bert import Workspace, layer_steps, pooler
-from ..ops.threads import default_threads, one_blas_thread
+from ..ops.threads import default_threads
 from ..checks import (check_max_batch_tokens, check_max_length, check_size, check_stride, check_switch, check_threads,
                       check_truncate_dim, invalid_unicode)
 from .pooling import (
@@ -42,75 +42,14 @@ from .pooling import (
     split_pooling,
 )
 from .stmodules import ModelPipeline, read_pipeline, run_step
-from ..readers.rejects import tokens_said
-from ..readers.textcheck import check_text
 from .tokenize import BertTokenizer, Tokenized, pad_batch
 from .weights import BertWeights, weights_sha256
-
-LONG_TEXT_MODES = ("truncate", "chunk-mean", "chunk-max", "error")
-#: Token budget per batch (padded rows x length). With the fused kernels (kernels.py) a batch's
-#: working set in cache matters more than per-call overhead: on OpenBLAS 1,024 was 12-15 % faster than
-#: 2,048 on both benchmark models (2 threads, benchmarks/RESULTS.md), and 512-1,024 about level. On
-#: oneDNN's GEMMs 512 beat 1,024 in every case measured (AMD EPYC Zen 4, 2 threads, one process per
-#: run, 2 rounds, 1,500 sentences): fp32 bert-base shape 20.35 -> 19.59 s, MiniLM 2.77 -> 2.71 s; bf16
-#: 10.68 -> 10.31 s and 1.55 -> 1.48 s; int8 7.97 -> 7.66 s and 1.35 -> 1.34 s (256-384: within 1-2 % more).
-DEFAULT_BATCH_TOKENS = 512
-DEFAULT_STRIDE = 32  # tokens neighbouring windows share (chunk-*), when the window is wider
-MAX_BATCH_ROWS = 256
-
-
-@dataclass(frozen=True)
-class FeatureSpec:
-    """Everything that decides what a feature vector means (and so goes into provenance)."""
-
-    pooling: str
-    layers: tuple[int, ...]  # hidden-state indices 0..L
-    layer_agg: str
-    normalize: bool
-    max_length: int
-    long_text: str = "truncate"
-    stride: int = DEFAULT_STRIDE
-    dense: tuple[str, ...] = ()  # Dense modules of the model's pipeline applied after pooling (their folders)
-    prompt: str | None = None  # prepended to every text
-    prompt_name: str | None = None  # the model's prompt it came from, if any
-    include_prompt: bool = True  # False: the prompt's tokens are left out of the pooling (Pooling include_prompt)
-    #: the first features kept, after normalization (sentence-transformers' truncate_dim); None: all
-    truncate_dim: int | None = None
-    #: the kept features normalized again after the cut (normalize=True asked for with a cut: unit vectors, as
-    #: sentence-transformers' normalize_embeddings and TEI's normalize with dimensions)
-    renormalize: bool = False
-    layer_norm: tuple[str, ...] = ()  # LayerNorm modules of the model's pipeline applied after pooling (their folders)
-    #: the model's WeightedLayerPooling: each token's states of ``layers`` averaged with these weights, then pooled
-    layer_weights: tuple[float, ...] = ()
-    #: sentence pairs whose second text is token type 0 too, as the model's tokenizer gives no token_type_ids
-    #: (Encoder.pairs_untyped; a pair's vectors changed in 0.3), or, for a RoBERTa-family model with two token types
-    #: whose tokenizer gives them (a BertTokenizer), type 1 (all 0 until 2026-12-06): set for runs of pairs only, so
-    #: single texts and every other model keep their key
-    pair_token_types: str | None = None
-    #: single texts whose tokenizer template gives non-zero token types the model never receives (its tokenizer gives
-    #: no token_type_ids: every token type 0, as transformers runs it; they ran as the template's until 2026-12-04),
-    #: absent for every other model, so their keys stay as they were
-    token_types: str | None = None
-
-    @property
-    def own_modules(self) -> bool:
-        """The model's own modules besides its Pooling and Normalize run (its own embedding, with a WeightedLayerPooling,
-        Dense or LayerNorm)."""
-        return bool(self.dense or self.layer_norm or self.layer_weights)
-
-    def to_dict(self) -> dict:
-        d = asdict(self)
-        d["layers"] = list(self.layers)
-        d["dense"] = list(self.dense)
-        d["layer_norm"] = list(self.layer_norm)
-        d["layer_weights"] = list(self.layer_weights)
-        if self.truncate_dim is None:  # absent, not null: the fingerprints (cache, resume, PCA) of runs that keep
-            del d["truncate_dim"]      # every feature stay those they were before truncate_dim existed
-        for k in ("renormalize", "layer_norm", "layer_weights", "pair_token_types", "token_types"):  # likewise, absent when they
-            # change nothing
-            if not d[k]:
-                del d[k]
-        return d
+from .spec import DEFAULT_STRIDE, LONG_TEXT_MODES, FeatureSpec, one_token
+from .batching import (DEFAULT_BATCH_TOKENS, MAX_BATCH_ROWS, chunk_windows, combine_windows, parallel_map,
+                       split_short_batches, token_budget_batches)
+# the errors naming rows: importable from here too, as before they moved to inputs.py
+from .inputs import (PROMPT_FIX, LongTextError, NonFiniteFeaturesError, NoTokensError, RowsError,  # noqa: F401
+                     TokenPastTableError, check_finite_features, check_pairs_long_text, short_repr, text_list)
 
 
 @dataclass
@@ -136,34 +75,6 @@ class EncodeResult:
     n_tokens: np.ndarray
     truncated: np.ndarray
     n_chunks: np.ndarray
-
-
-def token_budget_batches(lengths: np.ndarray, budget: int, max_rows: int = MAX_BATCH_ROWS) -> list[np.ndarray]:
-    """Sort rows by length and cut batches whose padded size (rows x longest) fits the token budget."""
-    order = np.argsort(lengths, kind="stable")
-    batches, start = [], 0
-    n = len(order)
-    while start < n:
-        end = start + 1
-        while end < n and end - start < max_rows and (end - start + 1) * lengths[order[end]] <= budget:
-            end += 1
-        batches.append(order[start:end])
-        start = end
-    return batches
-
-
-def split_short_batches(batches: list[np.ndarray], short: np.ndarray) -> list[np.ndarray]:
-    """int8: each batch cut into its ``short`` sequences (quant.two_levels: few tokens, or few distinct ones) and the
-    others. A batch of short sequences multiplies by the ~15-bit weights (quant.all_two_levels), a mixed one by the
-    int8 weights: apart, a short sequence always takes the first way, so its features do not depend on its batch. A
-    batch of short sequences is cut in halves too: its products are summed in a float32 copy of each linear layer's
-    sums, and half the rows keep that buffer within bf16's workspace."""
-    out = []
-    for b in batches:
-        two = short[b]
-        b_short, half = b[two], (int(two.sum()) + 1) // 2
-        out += [p for p in (b_short[:half], b_short[half:], b[~two]) if len(p)]
-    return out
 
 
 class Encoder:
@@ -868,242 +779,3 @@ class Encoder:
         return X[0] if single else X
 
 
-def check_pairs_long_text(long_text: str) -> None:
-    """Sentence pairs are truncated (or refused when too long), never cut into windows: refused before any work."""
-    if long_text.startswith("chunk"):
-        raise BertfeatError(f"{opt('long_text', 'chunk-*')} works on single texts, not sentence pairs",
-                            f"use {opt('long_text', 'truncate')} (or error) with {opt('pair_column')}")
-
-
-def parallel_map(fn, items: list, threads: int) -> list:
-    """fn over items, in order, with BLAS held to one thread per call.
-
-    With threads > 1, batches run side by side in threads: NumPy releases the GIL in BLAS and
-    ufuncs, so the element-wise work (GELU, LayerNorm, softmax), not only the GEMMs, uses every
-    core. One BLAS thread per batch also makes a row's result independent of how many batches
-    (or threads) there are.
-    """
-    with one_blas_thread():  # counted: encodes in several threads at once restore the caller's BLAS threads once
-        if threads <= 1 or len(items) <= 1:
-            return [fn(x) for x in items]
-        from concurrent.futures import ThreadPoolExecutor
-
-        with ThreadPoolExecutor(threads, thread_name_prefix="bertfeat") as ex:
-            return list(ex.map(fn, items))
-
-
-#: the fix of a prompt that is not valid Unicode (a command-line argument's bytes not UTF-8, a lone surrogate in Python)
-PROMPT_FIX = ("give the prompt as UTF-8 text (convert it first, e.g. with iconv -f latin1 -t utf-8; in Python, a str "
-              "without lone surrogates, which come from a broken \\ud800-\\udfff escape or errors='surrogateescape')")
-#: the fix of a text that is not a string
-NOT_A_STRING_FIX = "pass a list of strings (drop or fill missing texts first)"
-
-
-def text_list(values, name: str) -> list[str]:
-    """``texts`` / ``pairs`` of Encoder.encode -> a list of str (one string: a list of it, as sentence-transformers; a
-    one-column DataFrame or (n, 1) array: its column).
-
-    Anything else than strings is refused naming the first bad item (``texts[1] is None, not a string``), rather than
-    reaching the tokenizer, whose TypeError names neither; so is a text that is not valid Unicode (textcheck.text_reason:
-    extract's rule for a row's text)."""
-    if isinstance(values, str):
-        values = [values]
-    elif hasattr(values, "columns") and hasattr(values, "shape"):  # a pandas / polars DataFrame (iterating gives its
-        # column names) or a pyarrow Table
-        kind = type(values).__name__
-        if len(values.shape) != 2 or values.shape[1] != 1:
-            raise BertfeatError(f"{name} is a {kind} of {values.shape[1]} columns, not a list of strings",
-                                "pass its text column, e.g. df['text']")
-        names = getattr(values, "column_names", None)  # pyarrow: columns are arrays, column_names their names
-        values = values.column(0).to_pylist() if names is not None else values[values.columns[0]]
-    elif hasattr(values, "to_pylist") and hasattr(values, "null_count"):  # a pyarrow Array / ChunkedArray (a Table's
-        values = values.to_pylist()  # column): its scalars are no strings; None, a null, is refused below
-    elif isinstance(values, (set, frozenset)):  # its order is the strings' hashes, new in every process
-        raise BertfeatError(f"{name} is a {type(values).__name__} (no order, so no rows), not a list of strings",
-                            f"pass a list, e.g. sorted({name})")
-    elif isinstance(values, np.ndarray) and values.ndim == 2 and values.shape[1] == 1:
-        values = values[:, 0]  # one column (df[["text"]].to_numpy()), as a one-column DataFrame and TextFeatures
-    elif isinstance(values, np.ndarray) and values.ndim > 1:  # its repr spanned lines, cut at 40 characters
-        raise BertfeatError(f"{name} is an array of shape {values.shape}, not a list of strings",
-                            "pass a 1-D array (or an (n, 1) column) of strings")
-    elif isinstance(values, (bytes, bytearray, Mapping)) or not hasattr(values, "__iter__") \
-            or getattr(values, "ndim", 1) != 1:
-        raise BertfeatError(f"{name} is {short_repr(values)}, not a list of strings", NOT_A_STRING_FIX)
-    values = list(values)
-    for i, v in enumerate(values):
-        if not isinstance(v, str):
-            raise BertfeatError(f"{name}[{i}] is {short_repr(v)}, not a string", NOT_A_STRING_FIX)
-        check_text(v, f"{name}[{i}]")  # extract's rule for a row's text (textcheck.text_reason)
-    return values
-
-
-def short_repr(v) -> str:
-    """A value and its type for a message: ``None``, ``3 (int)``, ``b'x' (bytes)``, ``nan (float)``."""
-    return "None" if v is None else f"{clipped(repr(v))} ({type(v).__name__})"  # "..." marks a cut
-
-
-class RowsError(InputError):
-    """An error about some of the texts given; ``rows``: their positions (they travel with it from a Dask worker)."""
-
-    def __init__(self, what: str, fix: str | None = None, rows: tuple[int, ...] = ()):
-        self.rows = tuple(rows)
-        super().__init__(what, fix)
-
-    def __reduce__(self):
-        return (type(self), (self._what, self._fix, self.rows))
-
-
-def shown_rows(rows, label) -> str:
-    """The first three rows as ``label`` shows them, then how many more."""
-    return ", ".join(label(r) for r in rows[:3]) + (f" and {len(rows) - 3:,} more" if len(rows) > 3 else "")
-
-
-class NonFiniteFeaturesError(RowsError):
-    """Feature vectors that came out NaN or infinite; ``rows``: their positions in the texts given."""
-
-    @classmethod
-    def at(cls, rows, label=lambda i: f"texts[{i}]") -> "NonFiniteFeaturesError":
-        """The error for these rows, each shown by ``label`` (the first three, then how many more)."""
-        rows = [int(r) for r in rows]
-        return cls(f"the model gave NaN or infinite features for {shown_rows(rows, label)}", NONFINITE_FIX, rows)
-
-
-NONFINITE_FIX = ("the model overflows float32 on these inputs or its files are corrupt: re-download or re-save the "
-                 "checkpoint, or leave these texts out")
-
-
-def check_finite_features(X: np.ndarray) -> None:
-    """Refuse features with a NaN or inf (never returned, never written), naming the rows."""
-    if X.size and not np.isfinite(X).all():
-        raise NonFiniteFeaturesError.at(np.flatnonzero(~np.isfinite(X).all(axis=1)))
-
-
-class TokenPastTableError(InputError):
-    """Rows whose tokens include one the word embedding table has no row for; ``rows``: their positions in the texts
-    given, ``tokens``: (token, id) of each row's first such token, ``table_rows``: the table's size."""
-
-    def __init__(self, what: str, fix: str | None = None, rows: tuple[int, ...] = (), tokens: tuple = (),
-                 table_rows: int = 0):
-        self.rows, self.tokens, self.table_rows = tuple(rows), tuple(tokens), int(table_rows)
-        super().__init__(what, fix)
-
-    def __reduce__(self):  # the rows travel too (Dask workers -> client)
-        return (type(self), (self._what, self._fix, self.rows, self.tokens, self.table_rows))
-
-    @classmethod
-    def at(cls, rows, tokens, table_rows: int, label=lambda i: f"texts[{i}]") -> "TokenPastTableError":
-        """The error for these rows, each shown by ``label`` with its token (the first three, then how many more)."""
-        shown = ", ".join(f"{label(r)} ({t!r}, id {i:,})" for r, (t, i) in list(zip(rows, tokens))[:3])
-        more = f" and {len(rows) - 3:,} more" if len(rows) > 3 else ""
-        return cls(f"{shown}{more}: a token with no row in the model's word embedding table ({table_rows:,} rows)",
-                   TOKEN_PAST_TABLE_FIX, rows, tokens, table_rows)
-
-
-TOKEN_PAST_TABLE_FIX = ("leave the token out of these texts (the model's tokenizer has tokens its weights cannot embed; "
-                        "sentence-transformers fails on them with an IndexError), or use a model whose embedding table "
-                        "covers its tokenizer (saved after transformers' resize_token_embeddings)")
-
-
-class NoTokensError(RowsError):
-    """Rows whose tokenization holds no token (a tokenizer that adds no special tokens dropped every character);
-    ``rows``: their positions in the texts given."""
-
-    @classmethod
-    def at(cls, rows, label=lambda i: f"texts[{i}]") -> "NoTokensError":
-        """The error for these rows, each shown by ``label`` (the first three, then how many more)."""
-        rows = [int(r) for r in rows]
-        return cls(f"{shown_rows(rows, label)}: a text with no tokens the model keeps (its tokenizer drops every "
-                   "character and adds no special tokens)", NO_TOKENS_FIX, rows)
-
-
-NO_TOKENS_FIX = ("leave these texts out, or give each a word the tokenizer keeps (this model's tokenizer adds no special "
-                 "tokens such as [CLS], so a text it drops whole leaves nothing to embed; sentence-transformers fails "
-                 "on it with a RuntimeError)")
-
-
-class LongTextError(BertfeatError):
-    """Rows longer than max length under ``long_text="error"``."""
-
-    def __init__(self, rows: np.ndarray, n_tokens: np.ndarray, max_length: int, pairs: bool = False, *,
-                 label=lambda r: f"row {r}", prompt_tokens: int = 0):
-        self.rows = rows  # indices of the rows given to prepare
-        self.n_tokens = n_tokens  # (n,) every given row's tokens, its prompt included
-        self.max_length, self.pairs, self.prompt_tokens = max_length, pairs, prompt_tokens
-        r = int(rows[0])
-        chunks = "" if pairs else ", chunk-mean or chunk-max"  # sentence pairs are never cut into windows
-        shorter = f", or a shorter {opt('prompt')}" if prompt_tokens else ""
-        super().__init__(
-            f"{label(r)} has {tokens_said(int(n_tokens[r]), prompt_tokens)}, more than max length {max_length}"
-            + (f" ({len(rows)} rows are too long)" if len(rows) > 1 else ""),
-            f"use {opt('long_text', 'truncate')}{chunks}, or a larger {opt('max_length')}{shorter}",
-        )
-
-    def __reduce__(self):  # the message as made (its label may be a lambda) and the rows travel: worker -> caller
-        return (type(self)._rebuilt, (self._what, self._fix, self.rows, self.n_tokens, self.max_length, self.pairs,
-                                      self.prompt_tokens))
-
-    @classmethod
-    def _rebuilt(cls, what: str, fix: str | None, rows, n_tokens, max_length: int, pairs: bool,
-                 prompt_tokens: int = 0) -> "LongTextError":
-        """The error unpickled (BertfeatError's own reduce passed (what, fix) as rows and n_tokens: a TypeError)."""
-        e = cls.__new__(cls)
-        BertfeatError.__init__(e, what, fix)
-        e.rows, e.n_tokens, e.max_length, e.pairs, e.prompt_tokens = rows, n_tokens, max_length, pairs, prompt_tokens
-        return e
-
-
-def chunk_windows(content: np.ndarray, width: int, stride: int) -> list[np.ndarray]:
-    """Overlapping windows of at most ``width`` word pieces; neighbours share ``stride`` pieces."""
-    step = width - stride
-    out, start = [], 0
-    while True:
-        out.append(content[start:start + width])
-        if start + width >= len(content):
-            return out
-        start += step
-
-
-def combine_windows(win: np.ndarray, window_row: np.ndarray, lengths: np.ndarray, n_rows: int, how: str) -> np.ndarray:
-    """(n_windows, D) -> (n_rows, D): token-weighted mean or element-wise max of each row's windows."""
-    D = win.shape[1]
-    if how == "max":
-        out = np.full((n_rows, D), -np.inf, dtype=np.float32)
-        np.maximum.at(out, window_row, win)
-        return out
-    w = lengths.astype(np.float64)
-    # summed from -0.0, not 0.0: a row of one window is then its window's bits (0.0 + -0.0 is 0.0, so a -0.0 feature
-    # became 0.0 only when its call had a long row: a vector that depended on the batch's composition)
-    out = np.full((n_rows, D), -0.0, dtype=np.float64)
-    np.add.at(out, window_row, win.astype(np.float64) * w[:, None])
-    tot = np.bincount(window_row, weights=w, minlength=n_rows)
-    return (out / tot[:, None]).astype(np.float32)
-
-
-
-def _token_read(s: FeatureSpec):
-    """Which token of which layer a one-token pooling reads, as a key (None: not a one-token pooling). pooled reads
-    token 0, and so does cls unless a prompt is left out of the pooling."""
-    if s.pooling not in ONE_TOKEN_POOLS:
-        return None
-    if s.pooling == "pooled" or (s.pooling == "cls" and not (s.prompt and not s.include_prompt)):
-        return ("token 0", max(s.layers))
-    return (s.pooling, max(s.layers), s.prompt, s.include_prompt)
-
-
-def one_token(specs: list[FeatureSpec]) -> str | None:
-    """The one-token pooling whose token every spec reads (one token of the same deepest layer), or None: then one
-    pass runs that layer at that token alone, as ``run`` does for each of them."""
-    keys = {_token_read(s) for s in specs}
-    if len(keys) != 1 or None in keys:
-        return None
-    return "pooled" if next(iter(keys))[0] == "token 0" else specs[0].pooling
-
-
-def exact_groups(specs: list[FeatureSpec]) -> list[list[int]]:
-    """Indices of ``specs`` in groups whose ``run_sets`` gives each spec exactly ``run``'s vector: the specs that read
-    one token of a layer (by that token and layer), then all the others together (one pass: ``run`` runs their
-    layers whole too)."""
-    groups: dict = {}
-    for i, s in enumerate(specs):
-        groups.setdefault(_token_read(s), []).append(i)
-    return [g for k, g in groups.items() if k is not None] + ([groups[None]] if None in groups else [])

@@ -15,7 +15,7 @@ dropped). ``matmul(a, p, out, bias, act)``: out (M, N) <- act(a @ p + bias), whe
 input type (uint8 for int8 weights) and ``out`` of its output type (float32, int32 for int8; see ``matmul``).
 
 Every call runs on the calling thread alone (OpenMP held to one thread there): bertfeat runs batches side
-by side in threads (encoder.parallel_map), one GEMM per thread, as it does with OpenBLAS. Each thread has
+by side in threads (batching.parallel_map), one GEMM per thread, as it does with OpenBLAS. Each thread has
 its own stream, its own primitives (one per (M, K, N, types, strides), LRU-bounded; oneDNN shares the JIT
 code between them) and its own scratchpad, so two threads never share a mutable oneDNN object. The
 primitive for a row count is made the first time that count is seen (~0.1 ms with the kernels cached).

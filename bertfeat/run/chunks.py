@@ -207,7 +207,7 @@ def prepare_rows(encoder, spec, texts: list[str], pairs: list[str] | None):
     """Tokenize rows, leaving out those the Encoder refuses (too long under long_text='error', a token past the
     model's embedding table, no token at all), each with its Reason: -> (encoder.Prepared of the rest or None, their positions,
     {refused position: Reason}). Every refused row is found, so that the first bad row is the lowest."""
-    from ..model.encoder import LongTextError, NoTokensError, TokenPastTableError
+    from ..model.inputs import LongTextError, NoTokensError, TokenPastTableError
 
     todo = list(range(len(texts)))
     refused: dict[int, Reason] = {}
@@ -316,7 +316,7 @@ def named_rows(rows: list[int], row_label=None):
     """A NonFiniteFeaturesError inside names the input rows, not positions among the texts encoded: position i is
     input row ``rows[i]``, shown by ``row_label`` (the reader's: ``FILE row N``, a dataset's file and its row there
     too; None: ``row N``)."""
-    from ..model.encoder import NonFiniteFeaturesError
+    from ..model.inputs import NonFiniteFeaturesError
 
     try:
         yield

@@ -387,7 +387,7 @@ def _check_long_text(stride, long_text: str, pair_column) -> None:
 
     check_stride(stride, long_text)
     if pair_column is not None:
-        from ..model.encoder import check_pairs_long_text
+        from ..model.inputs import check_pairs_long_text
 
         check_pairs_long_text(long_text)
 

@@ -421,7 +421,7 @@ def test_a_text_too_long_under_long_text_error_is_named_by_its_place_in_x(cache)
     for X[3]) and counted distinct texts ("row 0 ..." alone for two rows of one text)."""
     from extract_util import tiny_model
 
-    from bertfeat.model.encoder import LongTextError
+    from bertfeat.model.inputs import LongTextError
 
     long = "word " * 200  # 202 tokens, the tiny model's max length is 128
     X = ["short", "short", "other", long, "short", long]
@@ -441,7 +441,7 @@ def test_a_too_long_text_in_a_worker_process_reaches_the_caller():
     from extract_util import tiny_model
     from joblib import Parallel, delayed
 
-    from bertfeat.model.encoder import LongTextError
+    from bertfeat.model.inputs import LongTextError
 
     tf = TextFeatures(model=str(tiny_model()), long_text="error").fit(["a"])
     with pytest.raises(LongTextError) as e:

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from bertfeat import BertfeatError, Encoder
-from bertfeat.model.encoder import LongTextError
+from bertfeat.model.inputs import LongTextError
 from ckpt import (  # noqa: F401  (make_ckpt is a fixture)
     hf_tokenizer,
     make_ckpt,
@@ -599,3 +599,19 @@ def test_a_pyarrow_column_is_a_list_of_texts_and_empty_texts_keep_their_checks()
                                             r"return_info=False$"):
         enc.encode(["a"], return_info="no")
     assert enc.encode([], batch_size=4).shape == (0, want.shape[1])
+
+
+def test_the_names_that_moved_out_of_encoder_still_import_from_it():
+    """FeatureSpec moved to spec.py and the errors naming rows to inputs.py (docs name them there now); code that
+    imports them from bertfeat.model.encoder, as docs and earlier releases did, gets the same objects, and an error
+    still pickles whole (a Dask worker sends it to the client)."""
+    import pickle
+
+    from bertfeat.model import encoder, inputs, spec
+
+    for name in ("LongTextError", "NoTokensError", "NonFiniteFeaturesError", "TokenPastTableError", "RowsError",
+                 "text_list", "check_pairs_long_text"):
+        assert getattr(encoder, name) is getattr(inputs, name), name
+    assert encoder.FeatureSpec is spec.FeatureSpec and encoder.LONG_TEXT_MODES == spec.LONG_TEXT_MODES
+    e = pickle.loads(pickle.dumps(encoder.NoTokensError.at([3, 5])))
+    assert type(e) is inputs.NoTokensError and e.rows == (3, 5) and e.message.startswith("texts[3], texts[5]: ")

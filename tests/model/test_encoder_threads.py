@@ -16,7 +16,7 @@ import pytest
 from threadpoolctl import threadpool_info, threadpool_limits
 
 from bertfeat import Encoder
-from bertfeat.model.encoder import parallel_map
+from bertfeat.model.batching import parallel_map
 
 TEXTS = [f"sentence {i} about " + " ".join(["cats", "dogs", "films", "rain"][j % 4] for j in range(i % 13 + 1))
          for i in range(30)]

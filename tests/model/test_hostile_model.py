@@ -39,7 +39,7 @@ from extract_util import NOT_BIT_FOR_BIT, rows_bit_for_bit
 import bertfeat
 from bertfeat import BertfeatError, Encoder
 from bertfeat.cli.app import main
-from bertfeat.model.encoder import NoTokensError, NonFiniteFeaturesError, TokenPastTableError
+from bertfeat.model.inputs import NoTokensError, NonFiniteFeaturesError, TokenPastTableError
 from bertfeat.errors import BertfeatWarning, ConfigError, WeightsError
 from bertfeat.model.weights import load_weights
 from ckpt import VOCABS, make_checkpoint, write_bf16

@@ -148,7 +148,7 @@ def test_error_mode_counts_the_prompt_in_the_tokens_it_names(tmp_path, capsys):
     with open(tmp_path / "o.parquet.rejects.csv", newline="") as f:
         assert list(csv.reader(f))[1] == ["0", "", "73 tokens (9 of them the prompt's), more than max length 64 "
                                                    "(--long-text error)"]
-    from bertfeat.model.encoder import LongTextError
+    from bertfeat.model.inputs import LongTextError
 
     with pytest.raises(LongTextError) as e:
         enc.encode([text], max_length=64, long_text="error", prompt=prompt)
@@ -423,7 +423,7 @@ def test_truncating_a_long_pair_keeps_memory_bounded():
 
 def test_a_too_long_pair_is_not_told_to_use_chunks():
     """long_text="error" on sentence pairs: the fix offers what pairs take (chunk-* refuses pairs)."""
-    from bertfeat.model.encoder import LongTextError
+    from bertfeat.model.inputs import LongTextError
 
     enc = tiny_encoder()
     with pytest.raises(LongTextError) as e:
@@ -439,7 +439,7 @@ def test_a_row_of_one_window_keeps_its_vectors_bits(how):
     """combine_windows: a row of one window is its window bit for bit, a -0.0 feature too (chunk-mean summed from
     0.0 made it 0.0, but only in a call that also held a long row: the same text's bits depended on its batch); a row
     of several windows is their token-weighted mean (float64) or element-wise max."""
-    from bertfeat.model.encoder import combine_windows
+    from bertfeat.model.batching import combine_windows
 
     win = np.array([[-0.0, 1.5, -2.0], [3.0, -0.0, 0.25], [1.0, 0.5, -0.0], [-0.0, -0.0, 7.0]], dtype=np.float32)
     window_row = np.array([0, 1, 1, 2])  # rows 0 and 2: one window each; row 1: two

@@ -15,7 +15,8 @@ import math
 import numpy as np
 import pytest
 
-from bertfeat.model.encoder import Encoder, token_budget_batches
+from bertfeat.model.batching import token_budget_batches
+from bertfeat.model.encoder import Encoder
 from bertfeat.model.bert import bert_forward, erf, gelu_erf, gelu_tanh, mlm_logits, relu
 from bertfeat.model.tokenize import pad_batch
 from ckpt import (  # noqa: F401  (make_ckpt is a fixture)

@@ -592,7 +592,7 @@ def test_short_sequences_are_batched_apart_and_in_halves():
     """encoder.split_short_batches: a batch's short sequences apart from its long ones, cut in halves (their products
     are summed in a float32 copy of each layer's sums: half the rows keep that within bf16's workspace); every row
     once, in order."""
-    from bertfeat.model.encoder import split_short_batches
+    from bertfeat.model.batching import split_short_batches
 
     S = quant.SHORT_TOKENS
     lengths = np.array([3, 4, 5, 5, 6, S, S + 1, 20, 30, 2, 9 + S])
