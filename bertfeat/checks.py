@@ -123,12 +123,23 @@ def _is_number(value) -> bool:
     return isinstance(value, numbers.Real)
 
 
-def check_switch(value, param: str) -> bool:
-    """A switch of the Python API: True or False (NumPy's bools too); a string is never taken as one ("no" is truthy)."""
+def switch_value(value) -> bool | None:
+    """``value`` as a switch of the Python API: True or False, NumPy's bools, and 1 / 0 as ints (as ``extract``'s
+    switches take them) -> the bool; anything else (a string above all: "no" is truthy) -> None."""
     numpy_bool = type(value).__module__ == "numpy" and type(value).__name__ in ("bool", "bool_")  # (no NumPy import)
-    if not (isinstance(value, bool) or numpy_bool):
+    if isinstance(value, bool) or numpy_bool:
+        return bool(value)
+    if isinstance(value, numbers.Integral) and value in (0, 1):
+        return bool(value)
+    return None
+
+
+def check_switch(value, param: str) -> bool:
+    """A switch of the Python API (``switch_value``): -> True or False, or the error naming ``param``."""
+    kept = switch_value(value)
+    if kept is None:
         raise BertfeatError(f"{opt(param, value)} is not True or False", f"give {opt(param, True)} or {opt(param, False)}")
-    return bool(value)
+    return kept
 
 
 def link_to_nowhere(path) -> tuple[bool, str] | None:
@@ -511,14 +522,15 @@ def refuse_blank_edges(text: str, what: str, example: str, option: str, kind: st
                         f"pass {opt(option)} without it: {opt(option, os.fspath(Path(text).with_name(name.strip())))}")
 
 
-def check_model_output(path: str | Path) -> None:
+def check_model_output(path: str | Path, option: str = "output") -> None:
     """Refuse a PCA model file (a .npz archive) whose extension names another format, e.g. ``-o reduced.parquet``
-    (the reduced features are ``pca transform``'s output); no extension or an unknown one is taken as it is."""
+    (the reduced features are ``pca transform``'s output); no extension or an unknown one is taken as it is.
+    ``option``: the parameter that named it (``PCA.save``'s ``path``)."""
     p = Path(str(path))
     suffix = p.suffix.lower()
     named = _EXT_FORMAT.get(suffix)
     if named is None or named == "npz":
         return
     raise BertfeatError(f"the PCA model {p} ends in {suffix}, but a PCA model is a .npz archive",
-                        f"name it .npz (e.g. {opt('output', p.with_suffix('.npz').name)}); "
+                        f"name it .npz (e.g. {opt(option, p.with_suffix('.npz').name)}); "
                         "reduced features are written by `bertfeat pca transform`")

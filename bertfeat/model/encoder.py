@@ -29,7 +29,7 @@ from .families import forward, load_model_weights
 from .bert import Workspace, layer_steps, pooler
 from ..ops.threads import default_threads
 from ..checks import (check_max_batch_tokens, check_max_length, check_size, check_stride, check_switch, check_threads,
-                      check_truncate_dim, invalid_unicode)
+                      check_truncate_dim, invalid_unicode, switch_value)
 from .pooling import (
     LAYER_AGGS,
     ONE_TOKEN_POOLS,
@@ -335,9 +335,7 @@ class Encoder:
         (unit vectors, as its ``normalize_embeddings=True``). ``pairs``: the features are of sentence pairs (a model
         whose tokenizer gives no token_type_ids records so: FeatureSpec.pair_token_types).
         """
-        if normalize is not None and not isinstance(normalize, (bool, np.bool_)):
-            raise BertfeatError(f"{opt('normalize', normalize)} is not True, False or None",
-                                f"give {opt('normalize', True)} or {opt('normalize', False)} (None: the model's own choice)")
+        normalize = _tristate("normalize", normalize, " (None: the model's own choice)")
         if pooling is not None and (not isinstance(pooling, str) or not pooling.strip()):
             raise BertfeatError(f"{opt('pooling', pooling)} names no pooling",
                                 f"give one such as {opt('pooling', 'mean')}, or None for the model's own embedding")
@@ -741,7 +739,8 @@ class Encoder:
         """Texts (and optional pairs) -> (n, D) float32 features; with return_info an EncodeResult.
 
         By default the model's own embedding (what ``SentenceTransformer(model).encode(texts)`` returns).
-        As in sentence-transformers, one string gives one (D,) vector; ``prompt`` / ``prompt_name`` pick a
+        As in sentence-transformers, one string gives one (D,) vector (with ``return_info``, an EncodeResult of one
+        row: features (1, D), as its counts are arrays of one); ``prompt`` / ``prompt_name`` pick a
         prompt (else the model's default prompt applies); ``truncate_dim`` keeps the first features (``spec``);
         ``normalize_embeddings=True`` normalizes the vectors (``normalize=True``; after truncate_dim's cut, as
         there), False adds nothing: as there, the model's own Normalize module stays (leave it out
@@ -758,10 +757,9 @@ class Encoder:
         if pairs is not None and len(pairs) != len(texts):  # (the tokenizer says so too: not of no texts)
             raise BertfeatError(f"{len(texts)} texts but {len(pairs)} pairs", "give one pair text for each text")
         check_size(batch_size, "batch_size", 1, None, " (rows per batch at most)")  # checked with no texts too
-        if normalize_embeddings is not None and not isinstance(normalize_embeddings, (bool, np.bool_)):
-            # "no" / "False" are truthy: they normalized the vectors (normalize="no" was refused already)
-            raise BertfeatError(f"{opt('normalize_embeddings', normalize_embeddings)} is not True, False or None",
-                                f"give {opt('normalize_embeddings', True)} or {opt('normalize_embeddings', False)}")
+        # "no" / "False" are truthy: they normalized the vectors
+        normalize = _tristate("normalize", normalize, " (None: the model's own choice)")
+        normalize_embeddings = _tristate("normalize_embeddings", normalize_embeddings)
         if normalize_embeddings:  # as sentence-transformers: True normalizes, False adds nothing (a Normalize module stays)
             if normalize is False:
                 raise BertfeatError("normalize=False and normalize_embeddings=True disagree", "give one of them")
@@ -779,3 +777,12 @@ class Encoder:
         return X[0] if single else X
 
 
+def _tristate(name: str, value, more: str = "") -> bool | None:
+    """A switch that may be left to the model (``normalize``): None, or True / False (1 / 0: checks.switch_value)."""
+    if value is None:
+        return None
+    kept = switch_value(value)
+    if kept is None:
+        raise BertfeatError(f"{opt(name, value)} is not True, False or None",
+                            f"give {opt(name, True)} or {opt(name, False)}{more}")
+    return kept

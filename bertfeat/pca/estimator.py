@@ -75,6 +75,7 @@ from typing import Any
 
 import numpy as np
 
+from ..checks import check_switch
 from ..errors import BertfeatError, one_line, opt
 from .sklearn_protocol import Estimator, checked_init
 from .validation import (
@@ -708,12 +709,15 @@ class PCA(Estimator):
 
     # -- model file --------------------------------------------------------------------------
 
-    def save(self, path: str | os.PathLike, fingerprint: Mapping | None = None, *, include_stats: bool = False) -> Path:
+    def save(self, path: str | os.PathLike, fingerprint: Mapping | None = None, *, include_stats: bool = False,
+             overwrite: bool = False) -> Path:
         """Write the fitted model to ``path`` (.npz, no pickle) atomically; returns the path.
 
         ``fingerprint`` (default: ``self.fingerprint_``) describes the features it was fitted
         on. ``include_stats`` also stores the float64 statistics (a d x d matrix) so a loaded
-        model can keep taking ``partial_fit``/``merge``.
+        model can keep taking ``partial_fit``/``merge``. An existing file at ``path`` is refused unless
+        ``overwrite=True`` (as ``pca fit -o`` without ``--overwrite``), and so is a name ending in another
+        format's extension (``.csv``, ``.parquet``, ``.npy``: a model is a .npz archive).
         """
         r = self._result()
         with warnings.catch_warnings():
@@ -740,7 +744,7 @@ class PCA(Estimator):
         names = self.__dict__.get("feature_names_in_")
         model = SavedModel(params, r, self.n_features_in_, stats, fp, getattr(self, "source_", None),
                            None if names is None else list(names))
-        path = save_model(path, model)
+        path = save_model(path, model, overwrite=check_switch(overwrite, "overwrite"))
         self.fingerprint_ = fp
         return path
 

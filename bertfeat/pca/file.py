@@ -26,9 +26,9 @@ from typing import Any
 import numpy as np
 
 from ..atomic import atomic_output, remove_stale_temps, uninterrupted
-from ..checks import local_path
+from ..checks import check_model_output, local_path
 from .diffs import canonical_json, dict_differences, json_default, naming_keys
-from ..errors import BertfeatError, one_line
+from ..errors import BertfeatError, one_line, opt
 from ..features.arrayfile import npy_header
 from .solvers import Decomposition, kept_by
 from .stats import Stats
@@ -115,14 +115,19 @@ def params_from_file(stored: Mapping[str, Any]) -> dict[str, Any]:
     return params
 
 
-def save_model(path: str | os.PathLike, model: SavedModel) -> Path:
+def save_model(path: str | os.PathLike, model: SavedModel, *, overwrite: bool) -> Path:
     """Write ``model`` to ``path`` (.npz, no pickle) atomically, creating its folder; returns the path. ``path`` as the
-    command line takes it (checks.local_path): a ``~`` no shell expanded or a URL is refused, not made a folder ``~``."""
+    command line takes it (checks.local_path): a ``~`` no shell expanded or a URL is refused, not made a folder ``~``;
+    so is another format's extension, and an existing file unless ``overwrite``."""
     from ..version import __version__
 
     path = local_path(path, "PCA model", writes=True)
     if path.is_dir():
         raise BertfeatError(f"{path} is a directory, not a model file", f"give the model file's path, e.g. {path / 'pca.npz'}")
+    check_model_output(path, "path")  # p.save("reduced.parquet") replaced the file with a .npz archive
+    if not overwrite and (path.exists() or path.is_symlink()):
+        raise BertfeatError(f"the PCA model {path} exists", f"pass {opt('overwrite', True)} to replace it, or save to "
+                            "another path")
     r = model.decomposition
     meta = {
         "format": MODEL_FORMAT,

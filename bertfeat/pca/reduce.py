@@ -170,7 +170,7 @@ def save_pca_outputs(pca: PCA, model_path: Path, report_prefix: Path, fingerprin
 
     with together():  # the model and its report appear together (an interrupted run leaves the old ones)
         if saved is None:
-            pca.save(model_path, fingerprint=fingerprint)
+            pca.save(model_path, fingerprint=fingerprint, overwrite=True)  # (the run's output rules checked it)
         else:
             with atomic_output(model_path) as tmp:
                 shutil.copyfile(saved, tmp)

@@ -105,7 +105,7 @@ def extract(input: str | os.PathLike, output: str | os.PathLike | None = None, *
 def extract_options(options: ExtractOptions, *, progress=None, quiet: bool = True, client=None):
     """``bertfeat.extract`` of an ``ExtractOptions`` (the CLI builds one from its flags): the plan (every option
     checked), then the estimate or the run. ``progress``, ``quiet``, ``client``: as ``bertfeat.extract``'s."""
-    _check_progress(progress, quiet)
+    quiet = _check_progress(progress, quiet)
     _check_not_in_spawned_import()
     try:
         plan = make_plan(options, client)
@@ -132,10 +132,10 @@ def extract_options(options: ExtractOptions, *, progress=None, quiet: bool = Tru
 EXTRACT_NAMES = {"n_components": "pca"}
 
 
-def _check_progress(progress, quiet) -> None:
-    """``progress`` has the methods the engines call (parts is optional), ``quiet`` is a switch: checked before the plan,
-    so a wrong one stops nothing half-way (a partial run left behind)."""
-    check_switch("quiet", quiet)
+def _check_progress(progress, quiet) -> bool:
+    """``progress`` has the methods the engines call (parts is optional), ``quiet`` is a switch (None: its default,
+    True): checked before the plan, so a wrong one stops nothing half-way (a partial run left behind). -> quiet."""
+    quiet = check_switch("quiet", quiet, default=True)
     if isinstance(progress, bool):  # tqdm's and many libraries' switch: here that is quiet's
         raise BertfeatError(f"progress={progress!r} is a switch, and progress takes an object that shows progress",
                             f"to {'show' if progress else 'hide'} the progress bar on stderr, pass "
@@ -145,6 +145,7 @@ def _check_progress(progress, quiet) -> None:
         raise BertfeatError(f"progress={progress!r} has no {', '.join(missing)} method",
                             "give an object with the methods of bertfeat.run.progress.NullProgress (start, advance, note, "
                             "stop; parts for the Dask engine), or leave progress out")
+    return quiet
 
 
 def _check_not_in_spawned_import() -> None:

@@ -695,7 +695,7 @@ class DaskRun:
         if plan.pca is not None:
             entry = final_meta["pca"] = self.meta["pca"] = fit_pca(merged, self.summary.rows_written, plan.layout)
             self.progress.note(f"PCA: {merged.n_components_} components; writing the reduced features")
-            saved = merged.save(partial / PCA_FILE, fingerprint=self.fingerprint)
+            saved = merged.save(partial / PCA_FILE, fingerprint=self.fingerprint, overwrite=True)
             # the model is published as these bytes (write), so the parts of pass 2 record its sha256 too: the
             # provenance made from the parts alone (features.reader) names the model as _bertfeat.json does
             entry["model_sha256"] = file_sha256(saved)

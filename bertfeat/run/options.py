@@ -478,8 +478,11 @@ def type_error(name: str, value, classes: tuple) -> BertfeatError:
                          + (", or None" if none else ""), fix)
 
 
-def check_switch(name: str, value) -> bool:
-    """A switch that is no option of the run (``quiet``) checked as the options' switches are: -> True or False."""
+def check_switch(name: str, value, default: bool = False) -> bool:
+    """A switch that is no option of the run (``quiet``) checked as the options' switches are: -> True or False
+    (None: ``default``, the switch's own, as None is a switch option's default)."""
+    if value is None:
+        return default
     kept = _as_declared(value, (bool,))
     if kept is _NOT:
         raise type_error(name, value, (bool,))

@@ -615,3 +615,27 @@ def test_the_names_that_moved_out_of_encoder_still_import_from_it():
     assert encoder.FeatureSpec is spec.FeatureSpec and encoder.LONG_TEXT_MODES == spec.LONG_TEXT_MODES
     e = pickle.loads(pickle.dumps(encoder.NoTokensError.at([3, 5])))
     assert type(e) is inputs.NoTokensError and e.rows == (3, 5) and e.message.startswith("texts[3], texts[5]: ")
+
+
+def test_switches_take_1_and_0_as_extract_does(enc):
+    """extract(normalize=1) ran while Encoder.encode(normalize=1) and return_info=1 were refused: every switch of the
+    Python API takes True / False and 1 / 0 (NumPy's too), the same vectors; 2 or a string is refused alike."""
+    import numpy as np
+
+    from bertfeat.checks import check_switch
+
+    texts = ["a text here", "another one"]
+    np.testing.assert_array_equal(enc.encode(texts, normalize=1), enc.encode(texts, normalize=True))
+    np.testing.assert_array_equal(enc.encode(texts, normalize=np.int64(0)), enc.encode(texts, normalize=False))
+    np.testing.assert_array_equal(enc.encode(texts, normalize_embeddings=1), enc.encode(texts, normalize=True))
+    assert not np.allclose(enc.encode(texts, normalize=0), enc.encode(texts, normalize=1))
+    assert enc.encode(texts, return_info=1).features.shape == (2, enc.output_dim(enc.spec()))
+    with pytest.raises(BertfeatError) as e:
+        enc.encode(texts, normalize=0, normalize_embeddings=1)
+    assert e.value.message == "normalize=False and normalize_embeddings=True disagree - give one of them"
+    for bad in (2, -1, "1", 1.0):
+        with pytest.raises(BertfeatError, match="is not True"):
+            enc.encode(texts, normalize=bad)
+        with pytest.raises(BertfeatError, match="is not True or False"):
+            check_switch(bad, "return_info")
+

@@ -272,3 +272,35 @@ def test_a_model_path_given_as_bytes_is_refused_naming_it(tmp_path):
     assert list(tmp_path.iterdir()) == []
     pca.save(path)
     assert (bertfeat.PCA.load(path).transform(X) == pca.transform(X)).all()
+
+
+def test_save_refuses_an_existing_file_and_another_formats_name(tmp_path):
+    """PCA.save replaced whatever the path held: a user's CSV, the feature file the PCA was fitted from (then read
+    back as 'magic bytes not found'). Now an existing file is refused unless overwrite=True, as `pca fit -o` without
+    --overwrite, and a name ending in another format's extension is refused as `pca fit -o x.csv` is; the files stay
+    byte for byte."""
+    pca = bertfeat.PCA(2).fit(np.random.default_rng(0).normal(size=(20, 4)))
+    mine = tmp_path / "mine.npz"
+    mine.write_bytes(b"a user's file")
+    with pytest.raises(BertfeatError) as e:
+        pca.save(mine)
+    assert e.value.message == (f"the PCA model {mine} exists - pass overwrite=True to replace it, or save to another "
+                               "path")
+    assert mine.read_bytes() == b"a user's file"
+    for name in ("mine.csv", "feats.parquet", "X.npy"):
+        (tmp_path / name).write_bytes(b"data")
+        with pytest.raises(BertfeatError) as e:
+            pca.save(tmp_path / name, overwrite=True)
+        stem = name.rsplit(".", 1)[0]
+        assert e.value.message == (f"the PCA model {tmp_path / name} ends in .{name.rsplit('.', 1)[1]}, but a PCA model "
+                                   f"is a .npz archive - name it .npz (e.g. path='{stem}.npz'); reduced features are "
+                                   "written by `bertfeat pca transform`")
+        assert (tmp_path / name).read_bytes() == b"data"
+    with pytest.raises(BertfeatError, match="overwrite='yes' is not True or False"):
+        pca.save(mine, overwrite="yes")
+    assert pca.save(mine, overwrite=True) == mine and bertfeat.PCA.load(mine).n_components_ == 2
+    assert pca.save(tmp_path / "new.npz") == tmp_path / "new.npz"  # a new file needs no overwrite
+    link = tmp_path / "link.npz"
+    link.symlink_to(tmp_path / "nowhere.npz")  # a link leading nowhere is a file name in use too
+    with pytest.raises(BertfeatError, match="exists - pass overwrite=True"):
+        pca.save(link)

@@ -10,6 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 from rich.console import Console
 
+import bertfeat
 import bertfeat.cli.app as cli
 from bertfeat.run.progress import LogProgress, RichProgress, make_progress
 from extract_util import run, summary_line, tiny_model, write_csv
@@ -143,6 +144,16 @@ def test_quiet_prints_nothing(tmp_path, capsys, terminal):
     rc, out, err = run(capsys, "extract", src, "-o", tmp_path / "o.parquet", "--model", tiny_model(), "-q")
     assert (rc, out, err, terminal.getvalue()) == (0, "", "", "")
     assert pq.read_table(tmp_path / "o.parquet").num_rows == 12
+
+
+def test_quiet_none_is_extracts_default_quiet(tmp_path, capsys):
+    """bertfeat.extract(quiet=None) showed the progress lines, the opposite of its default quiet=True: None is a
+    switch's default in every option of extract, and quiet's is True."""
+    src = _corpus(tmp_path)
+    bertfeat.extract(src, tmp_path / "o.parquet", model=tiny_model(), quiet=None, cache=False)
+    assert capsys.readouterr() == ("", "")
+    bertfeat.extract(src, tmp_path / "p.parquet", model=tiny_model(), quiet=False, cache=False)
+    assert "bertfeat extract: " in capsys.readouterr().err  # (the line the bug showed)
 
 
 def test_make_progress_choice():
