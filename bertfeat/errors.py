@@ -52,6 +52,18 @@ def opt(name: str, value=_UNSET, *, cli: str | None = None) -> str:
     return f"{_OPEN}{name}{_SEP}{value!r}{_SEP}{cli}{_CLOSE}"
 
 
+class _Word(str):
+    """A placeholder shown bare: ``pca=N`` in Python, ``--pca N`` on the command line (``opt_word``)."""
+
+    def __repr__(self) -> str:
+        return str(self)
+
+
+def opt_word(name: str, word: str) -> str:
+    """An option with a placeholder for its value: ``pca=N`` for Python callers, ``--pca N`` by the CLI."""
+    return opt(name, _Word(word), cli=word)
+
+
 def render(text: str | None, flags: dict[str, str] | None = None) -> str | None:
     """A message with its option markers spelled out: Python style, or the CLI's with ``flags``
     (parameter -> flag; a parameter not in it is ``--`` + its name with dashes)."""

@@ -23,7 +23,7 @@ import numpy as np
 
 from ..ops import gemm
 from .config import ROBERTA_TYPES, BertConfig
-from ..errors import BertfeatError, ConfigError, opt, warn
+from ..errors import BertfeatError, ConfigError, opt, opt_word, warn
 from .hub import ModelLocation, file_states, files_differ, model_files, model_files_digest, resolve_model
 from .families import forward, load_model_weights
 from .bert import Workspace, layer_steps, pooler
@@ -163,8 +163,12 @@ class Encoder:
                 "files_sha256": self.files_sha256()}
 
     def __setstate__(self, state: dict) -> None:
-        self.__init__(location=state["location"], **state["init"])
         fix = "restore the original model files there, or build a new Encoder and refit what depends on it"
+        path = state["location"].path
+        if not path.is_dir():  # (its loading said "has no config.json" of a folder that is not there)
+            gone = "is not a directory" if path.exists() else "no longer exists"
+            raise BertfeatError(f"the model folder {path} this Encoder was saved with {gone}", fix)
+        self.__init__(location=state["location"], **state["init"])
         if self.weights_sha256 != state["weights_sha256"]:
             raise BertfeatError(
                 f"the weights at {self.location.path} are not the ones this Encoder was saved with "
@@ -274,7 +278,7 @@ class Encoder:
                 raise BertfeatError(f"{param} is {short_repr(v)}, not a string",
                                     f"give {opt(param)} as text, e.g. {opt(param, 'query: ' if param == 'prompt' else 'query')}")
         if prompt is not None and prompt_name is not None:
-            raise BertfeatError("both a prompt and a prompt name were given", f"give {opt('prompt')} TEXT or {opt('prompt_name')} NAME, not both")
+            raise BertfeatError("both a prompt and a prompt name were given", f"give {opt_word('prompt', 'TEXT')} or {opt_word('prompt_name', 'NAME')}, not both")
         bad = invalid_unicode(prompt) if prompt is not None else None
         if bad:  # the tokenizer's TypeError would name neither the prompt nor the character
             raise BertfeatError(f"{opt('prompt')} is not valid Unicode ({bad})", PROMPT_FIX)

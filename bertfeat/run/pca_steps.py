@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import BertfeatError, opt
+from ..errors import BertfeatError, opt, opt_word
 
 
 def new_pca(n_components):
@@ -121,13 +121,13 @@ def applied_pca(plan, fingerprint: dict, dim: int):
     pca = PCA.load(plan.pca_model)
     check_pca_input(pca, plan.pca_model, None, "this run", "",  # the run's features: before any PCA
                     f"apply a PCA fitted on the features before any PCA (the first one), or fit one on these features "
-                    f"({opt('pca')} N instead of {opt('pca_model')})", raw_clause="this run's features are before any PCA")
+                    f"({opt_word('pca', 'N')} instead of {opt('pca_model')})", raw_clause="this run's features are before any PCA")
     if pca.n_features_in_ != dim:
         raise BertfeatError(f"the PCA model {plan.pca_model} was fitted on {pca.n_features_in_} features per row, these "
                             f"features have {dim}", "apply a PCA fitted on features of the same model, pooling, layers and "
                             f"{opt('truncate_dim')}")
     pca.check_fingerprint(fingerprint, fix=f"extract with the settings the model was fitted on, or fit a model on these "
-                                           f"features ({opt('pca')} N instead of {opt('pca_model')})")
+                                           f"features ({opt_word('pca', 'N')} instead of {opt('pca_model')})")
     return pca
 
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import BertfeatError, InputError, opt
+from ..errors import BertfeatError, InputError, opt, opt_word
 from ..checks import DEFAULT_MAX_FIELD_BYTES
 from .options import ALL_COMPONENTS, OPTIONS, ExtractOptions, check, check_types, keep_columns
 
@@ -440,7 +440,7 @@ def check_label_option(label, pca, pca_model, fmt: str, id_column: str | None) -
         return None
     if pca is None:
         how = ("a given model's report is not rewritten: probe it with bertfeat report MODEL --probe FEATURES "
-               "--label COLUMN" if pca_model is not None else f"add {opt('pca')} N")
+               "--label COLUMN" if pca_model is not None else f"add {opt_word('pca', 'N')}")
         raise BertfeatError(f"{opt('label')} adds a linear probe to the report of the PCA this run fits", how)
     if fmt == "npy":
         raise BertfeatError(f"{opt('label')} needs an output with columns (the probe reads the label back from it); npy "

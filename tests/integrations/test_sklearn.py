@@ -217,6 +217,33 @@ def test_changed_weights_are_refused_after_unpickling(tmp_path, make_ckpt):
         pickle.loads(enc_blob)
 
 
+def test_a_deleted_model_folder_is_said_after_unpickling(tmp_path, make_ckpt):
+    """An Encoder unpickled after its model folder was deleted said '... has no config.json - point model at a Hugging
+    Face model directory', of a folder that is not there; now it says the folder is gone (or a file now), and what to
+    do. A fitted TextFeatures says what Encoder(path) says of a path that does not exist."""
+    import shutil
+
+    from bertfeat.model import encoder_cache
+
+    local = tmp_path / "m"
+    shutil.copytree(make_ckpt(hidden=32, heads=2, layers=1, seed=3), local)
+    tf = TextFeatures(str(local)).fit(TEXTS)
+    blob, enc_blob = pickle.dumps(tf), pickle.dumps(Encoder(local))
+    encoder_cache.clear()
+    shutil.rmtree(local)
+    fix = "restore the original model files there, or build a new Encoder and refit what depends on it"
+    with pytest.raises(BertfeatError) as e:
+        pickle.loads(enc_blob)
+    assert e.value.message == f"the model folder {local} this Encoder was saved with no longer exists - {fix}"
+    with pytest.raises(BertfeatError) as e:
+        pickle.loads(blob).transform(TEXTS[:2])
+    assert e.value.message.startswith(f"model '{local}' not found; looked in: local directory {local} - check the path")
+    local.write_text("a file now")
+    with pytest.raises(BertfeatError) as e:
+        pickle.loads(enc_blob)
+    assert e.value.message == f"the model folder {local} this Encoder was saved with is not a directory - {fix}"
+
+
 def _edit(name, old, new):
     return lambda d: (d / name).write_text((d / name).read_text().replace(old, new, 1))
 

@@ -263,7 +263,7 @@ POOLING_FIX = ("choose one of pooled, cls, max, mean, mean_sqrt_len_tokens, weig
 _LONG = "word " * 200  # 202 tokens with [CLS] and [SEP] in the tiny test model (max length 128)
 ENCODER_OPTIONS = [  # (id, encode keywords, the same on `bertfeat extract`, the Python message, the CLI's stderr line)
     ("prompt-and-name", {"prompt": "query: ", "prompt_name": "query"}, ["--prompt", "query: ", "--prompt-name", "query"],
-     "both a prompt and a prompt name were given - give prompt TEXT or prompt_name NAME, not both",
+     "both a prompt and a prompt name were given - give prompt=TEXT or prompt_name=NAME, not both",
      "both a prompt and a prompt name were given - give --prompt TEXT or --prompt-name NAME, not both"),
     ("chunked-pairs", {"pairs": ["b", "b"], "long_text": "chunk-mean"}, ["--pair-column", "pair", "--long-text", "chunk-mean"],
      "long_text='chunk-*' works on single texts, not sentence pairs - use long_text='truncate' (or error) with pair_column",

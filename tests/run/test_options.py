@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 
+import numpy as np
 import pytest
 import typer
 
@@ -388,3 +389,24 @@ def test_values_that_always_worked_still_do(tmp_path):
         bertfeat.extract(src, out, model=tiny_model(), cache=False, overwrite=True, estimate=None)
     assert e.value.message == ("estimate=None is not True, False or a number of rows - give estimate=True, or a number "
                                "of rows to measure on, e.g. estimate=500")
+
+
+@pytest.mark.parametrize("value", [True, np.True_, np.bool_(False)])
+def test_a_numpy_bool_pca_is_refused_as_a_bool(value):
+    """pca=np.True_ (a grid's np.array([...]) element) was read as its text: "pca='True' is not a number"; it is
+    refused as pca=True is, as no size."""
+    from bertfeat.run.options import parse_pca
+
+    with pytest.raises(BertfeatError) as e:
+        parse_pca(value)
+    assert e.value.message == (f"pca={bool(value)} is not a size - give a number of components (64) or a variance "
+                               "fraction (0.95)")
+
+
+def test_a_placeholder_is_spelled_as_each_caller_gives_options():
+    """'add pca N' in a Python message named no parameter as Python writes it: pca=N there, --pca N on the CLI."""
+    from bertfeat.cli.app import FLAGS
+    from bertfeat.errors import opt_word, render
+
+    said = f"add {opt_word('pca', 'N')} or {opt_word('prompt_name', 'NAME')}"
+    assert (render(said), render(said, FLAGS)) == ("add pca=N or prompt_name=NAME", "add --pca N or --prompt-name NAME")

@@ -215,7 +215,7 @@ NAMED_OPTIONS = [  # (id, extract keywords, the same on the command line, the Py
      "layers='x' is not understood - give layer numbers like -1, -4,-3,-2,-1 or -4: (0 = embeddings)",
      "--layers 'x' is not understood - give layer numbers like -1, -4,-3,-2,-1 or -4: (0 = embeddings)"),
     ("label-no-pca", {"label": "label"}, ["--label", "label"],
-     "label adds a linear probe to the report of the PCA this run fits - add pca N",
+     "label adds a linear probe to the report of the PCA this run fits - add pca=N",
      "--label adds a linear probe to the report of the PCA this run fits - add --pca N"),
     ("output-exists", {}, [], "{out} already exists - pass overwrite=True to replace it, or output with another name",
      "{out} already exists - pass --overwrite to replace it, or -o with another name"),
