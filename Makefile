@@ -98,7 +98,7 @@ BUILD ?= build
 CACHE ?= $(BUILD)/cache
 
 # $(call feat_stem,PATH): the name without directory, compression suffix and extension (data/x.v1.csv.gz -> x.v1)
-feat_stem = $(basename $(patsubst %.gz,%,$(patsubst %.bz2,%,$(patsubst %.zst,%,$(notdir $(patsubst %/,%,$1))))))
+feat_stem = $(basename $(patsubst %.gz,%,$(patsubst %.bz2,%,$(patsubst %.zst,%,$(patsubst %.xz,%,$(notdir $(patsubst %/,%,$1)))))))
 STEM := $(call feat_stem,$(INPUT))
 FEAT_DIR := $(BUILD)/features/$(STEM)
 RAW := $(FEAT_DIR)/$(STEM).features.parquet

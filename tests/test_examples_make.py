@@ -740,3 +740,15 @@ def test_an_input_or_applied_file_replaced_by_an_older_copy_rebuilds(proj, tmp_p
         assert make("-q", *args, cwd=d, check=False).returncode == 0
     assert pq.read_table(out["reduced"]).num_rows == 35 and pq.read_table(out["a"]).num_rows == 35
     assert "input-file=" in out["settings"].read_text() and "input-file=" in out["a_stamp"].read_text()
+
+
+@pytest.mark.parametrize("name", ["train.csv", "train.csv.gz", "train.csv.bz2", "train.csv.zst", "train.csv.xz",
+                                  "train.jsonl.xz"])
+def test_a_compressed_inputs_stem_drops_its_compression(tmp_path, name):
+    """make features INPUT=train.csv.xz planned build/features/train.csv/train.csv.features.parquet (the .xz the
+    readers read was not stripped, as .gz / .bz2 / .zst were): every compression is, as extract's default output."""
+    (tmp_path / name).write_bytes(b"")
+    p = make("-n", "features", f"INPUT={name}", "PCA=2", cwd=tmp_path)
+    extract = [c for c in commands_in(p.stdout) if c.split()[1] == "extract"]
+    assert len(extract) == 1 and " -o build/features/train/train.features.parquet " in extract[0] + " ", p.stdout
+

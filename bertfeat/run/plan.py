@@ -132,7 +132,7 @@ def default_output(input_path: str, fmt: str) -> Path:
     """INPUT.features.FMT beside the input (a glob: named after the directory above its first wildcard)."""
     if input_path == "-":
         raise InputError(f"reading standard input needs {opt('output', 'OUTPUT')}", f"add {opt('output', 'features.parquet')}")
-    from ..readers.paths import glob_root, is_pattern
+    from ..readers.paths import compression_of, glob_root, is_pattern
 
     p = Path(input_path.rstrip("/") or input_path[:1])  # ("/": the root folder; "": refused with the input)
     if is_pattern(input_path):
@@ -146,7 +146,9 @@ def default_output(input_path: str, fmt: str) -> Path:
             raise InputError(f"the input {input_path} is the root folder, which has no name to name the output after",
                              f"pass {opt('output', 'OUTPUT')}")
     stem = p.name
-    for suf in (".gz", ".bz2", ".zst", ".csv", ".tsv", ".tab", ".parquet", ".pq", ".jsonl", ".ndjson", ".json"):
+    if compression_of(stem):  # every compression the readers read (a.csv.xz was a.csv.xz.features.parquet)
+        stem = Path(stem).stem
+    for suf in (".csv", ".tsv", ".tab", ".parquet", ".pq", ".jsonl", ".ndjson", ".json"):
         if stem.lower().endswith(suf):
             stem = stem[: -len(suf)]
     return p.parent / f"{stem}.features.{fmt}"

@@ -116,6 +116,10 @@ def test_manifest_differences_in_words():
 @pytest.mark.parametrize("inp, fmt, out", [
     ("corpus.csv", "parquet", "corpus.features.parquet"),
     ("data/corpus.csv.gz", "npy", "data/corpus.features.npy"),
+    ("data/corpus.csv.bz2", "parquet", "data/corpus.features.parquet"),
+    ("data/corpus.jsonl.zst", "parquet", "data/corpus.features.parquet"),
+    ("data/corpus.CSV.XZ", "parquet", "data/corpus.features.parquet"),  # (was corpus.CSV.XZ.features.parquet)
+    ("data/corpus.v1.tsv.xz", "csv", "data/corpus.v1.features.csv"),
     ("data/", "parquet", "data.features.parquet"),
     ("data/part-*.parquet", "parquet", "data.features.parquet"),
     ("*.parquet", "csv", "dataset.features.csv"),
