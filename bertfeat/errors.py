@@ -19,6 +19,7 @@ import os
 import re
 
 _OPEN, _SEP, _CLOSE = "\ue000", "\ue002", "\ue001"
+_EITHER = "\ue003"  # opens a marker of two plain texts, the Python caller's and the command line's (``either``)
 #: Unicode's bidirectional controls (the Arabic letter mark, LRM / RLM, the embeddings, overrides and isolates): a
 #: right-to-left override in a name or a wordpiece reorders the rest of the line in a terminal that applies the bidi
 #: algorithm, and each is invisible where it does not
@@ -64,6 +65,12 @@ def opt_word(name: str, word: str) -> str:
     return opt(name, _Word(word), cli=word)
 
 
+def either(python: str, cli: str) -> str:
+    """A clause said one way to Python callers and another on the command line (plain text, no ``opt`` inside):
+    ``or None for the model's own embedding`` / ``or leave it out for the model's own embedding``."""
+    return f"{_OPEN}{_EITHER}{python}{_SEP}{cli}{_CLOSE}"
+
+
 def render(text: str | None, flags: dict[str, str] | None = None) -> str | None:
     """A message with its option markers spelled out: Python style, or the CLI's with ``flags``
     (parameter -> flag; a parameter not in it is ``--`` + its name with dashes)."""
@@ -72,6 +79,8 @@ def render(text: str | None, flags: dict[str, str] | None = None) -> str | None:
 
     def one(m: re.Match) -> str:
         name, *value = m.group(1).split(_SEP)
+        if name.startswith(_EITHER):
+            return name[1:] if flags is None else value[0]
         if flags is None:
             return name if not value else f"{name}={value[0]}"
         if value and f"{name}={value[0]}" in flags:  # a value with a flag of its own: cache=False is --no-cache

@@ -23,7 +23,7 @@ import numpy as np
 
 from ..ops import gemm
 from .config import ROBERTA_TYPES, BertConfig
-from ..errors import BertfeatError, ConfigError, opt, opt_word, warn
+from ..errors import BertfeatError, ConfigError, either, opt, opt_word, warn
 from .hub import ModelLocation, file_states, files_differ, model_files, model_files_digest, resolve_model
 from .families import forward, load_model_weights
 from .bert import Workspace, layer_steps, pooler
@@ -342,7 +342,8 @@ class Encoder:
         normalize = _tristate("normalize", normalize, " (None: the model's own choice)")
         if pooling is not None and (not isinstance(pooling, str) or not pooling.strip()):
             raise BertfeatError(f"{opt('pooling', pooling)} names no pooling",
-                                f"give one such as {opt('pooling', 'mean')}, or None for the model's own embedding")
+                                f"give one such as {opt('pooling', 'mean')}, "
+                                + either("or None", "or leave it out") + " for the model's own embedding")
         own = pooling is None and layers is None
         if own and self.pipeline.no_own_embedding:
             raise BertfeatError(f"the model {self.model_id} has no embedding of its own: {self.pipeline.no_own_embedding}",

@@ -30,7 +30,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from ..checks import (DEFAULT_MAX_FIELD_BYTES, check_input_path, check_max_batch_tokens, check_max_length, check_size,
                       check_threads, check_truncate_dim, kind_of, parse_max_field_bytes, refuse_bool)
-from ..errors import BertfeatError, opt
+from ..errors import BertfeatError, either, opt
 
 ENGINES = ("local", "dask")
 BAD_ROW_POLICIES = ("error", "skip")
@@ -213,7 +213,11 @@ def check_estimate(value) -> bool | int:
         raise BertfeatError(f"{opt('estimate', value)} is not True, False or a number of rows",
                             f"give {opt('estimate', True)}, or a number of rows to measure on, e.g. {opt('estimate', 500)}")
     if value is not False and value is not True:
-        check_size(value, "estimate", 2, None, " (rows to measure on), or True for the default")
+        try:
+            check_size(value, "estimate", 2, None)
+        except BertfeatError as e:  # (--estimate-rows on the command line: left out, the default sample)
+            raise BertfeatError(e._what, "choose 2 or more (rows to measure on), or "
+                                + either("estimate=True", "leave it out") + " for the default sample") from None
     return value
 
 

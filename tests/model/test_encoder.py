@@ -536,7 +536,8 @@ def test_encode_refuses_inputs_it_would_misread(enc):
                           "model's own choice)"),
     ({"normalize_embeddings": "False"}, "normalize_embeddings='False' is not True, False or None - give "
                                         "normalize_embeddings=True or normalize_embeddings=False"),
-    ({"pooling": ""}, "pooling='' names no pooling - give one such as pooling='mean', or None for the model's own embedding"),
+    ({"pooling": ""}, "pooling='' names no pooling - give one such as pooling='mean', or None for the model's own "
+                      "embedding"),
     ({"long_text": "chunk-mean", "stride": "x"}, "stride='x' is not a number - choose 0 or more (tokens shared by "
                                                  "neighbouring windows), or leave it out for the default"),
     ({"long_text": "chunk-mean", "stride": 2.7}, "stride=2.7 is not a whole number - choose 0 or more (tokens shared by "

@@ -147,7 +147,7 @@ BAD = [
     ("dtype", "float64", ["--dtype", "float64"], "unknown dtype='float64' - choose one of float32, float16 (float16 "
      "halves the file)", "--dtype float64"),
     ("estimate", 1, ["--estimate", "--estimate-rows", "1"], "estimate=1 is out of range - choose 2 or more (rows to "
-     "measure on), or True for the default, or leave it out for the default", "--estimate-rows 1"),
+     "measure on), or estimate=True for the default sample", "--estimate-rows 1"),
     ("max_field_bytes", 0, ["--max-field-bytes", "0"], "max_field_bytes=0 is out of range - give bytes, e.g. 4MiB (the "
      "default), 512KiB or 16MiB, up to 1GiB", "--max-field-bytes 0"),
 ]
@@ -410,3 +410,18 @@ def test_a_placeholder_is_spelled_as_each_caller_gives_options():
 
     said = f"add {opt_word('pca', 'N')} or {opt_word('prompt_name', 'NAME')}"
     assert (render(said), render(said, FLAGS)) == ("add pca=N or prompt_name=NAME", "add --pca N or --prompt-name NAME")
+
+
+@pytest.mark.parametrize("argv, said", [
+    (["--estimate", "--estimate-rows", "1"], "Error: --estimate-rows 1 is out of range - choose 2 or more (rows to "
+     "measure on), or leave it out for the default sample\n"),
+    (["--pooling", ""], "Error: --pooling names no pooling - give one such as --pooling mean, or leave it out for the "
+     "model's own embedding\n"),
+])
+def test_a_fix_on_the_command_line_is_one_that_works_there(src, tmp_path, capsys, argv, said):
+    """The CLI's fixes offered Python's values: '--estimate-rows ... or True for the default' (--estimate-rows True is
+    no number) and '--pooling ... or None for the model's own embedding' (--pooling None is an unknown pooling). Each
+    says what to do on the command line (errors.either); Python keeps its words."""
+    rc, out, err = run(capsys, "extract", src, *argv, "-o", tmp_path / "o.parquet", "--model", tiny_model())
+    assert (rc, out, err) == (1, "", said)
+
