@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import BertfeatError, InputError, opt, opt_word
+from ..errors import BertfeatError, InputError, OutputError, opt, opt_word
 from ..checks import DEFAULT_MAX_FIELD_BYTES
 from .options import ALL_COMPONENTS, OPTIONS, ExtractOptions, check, check_types, keep_columns
 
@@ -31,6 +31,25 @@ MERGED = ("model", "max_length", "max_batch_tokens", "threads", "precision")
 
 
 # --------------------------------------------------------------------------- the output layout
+#: the suffixes of the feature outputs that share a name's PCA files (o.parquet, o.npy ...: o.pca.npz)
+OUTPUT_SUFFIXES = (".parquet", ".pq", ".npy", ".csv", ".tsv")
+
+
+def fitted_for(features: Path, model: Path) -> bool:
+    """Whether the provenance of ``features`` names ``model`` (its name and sha256) as the PCA a run with pca fitted
+    for it: not one it applied (``--pca-model``, ``pca transform``: the user's own, whatever its name)."""
+    from ..features.reader import read_feature_metadata
+    from ..pca.reduce import file_sha256
+
+    try:
+        entry = read_feature_metadata(features).get("pca") or {}
+    except BertfeatError:  # an output bertfeat cannot read: it names no model
+        return False
+    if not isinstance(entry, dict) or entry.get("model_file") != model.name or "model_path" in entry:
+        return False
+    return entry.get("model_sha256") == file_sha256(model)
+
+
 @dataclass(frozen=True)
 class OutputLayout:
     """Every path an extract run may write, derived from the features output in one place.
@@ -103,19 +122,28 @@ class OutputLayout:
             return []
         if applied is not None and model.resolve() == Path(applied).resolve():
             return []
-        from ..features.reader import read_feature_metadata
-        from ..pca.reduce import file_sha256
         from .outputs import report_outputs
 
-        try:
-            entry = read_feature_metadata(self.features).get("pca") or {}
-        except BertfeatError:  # an output bertfeat cannot read: its --overwrite replaces it, nothing else
-            return []
-        if not isinstance(entry, dict) or entry.get("model_file") != model.name or "model_path" in entry:
-            return []  # not a model a run with pca fitted for this output: one it applied (model_path) is the user's
-        if entry.get("model_sha256") != file_sha256(model):
+        if not fitted_for(self.features, model):
             return []
         return [("PCA model", model)] + [(label, p) for label, p in report_outputs(self.pca_prefix) if p.exists()]
+
+    def pca_owner(self) -> Path | None:
+        """With pca: another output of this name whose provenance names the PCA model at ``pca_model`` as the one a
+        run with pca fitted for it (o.parquet and o.npy share o.pca.*: a run writing one would replace the other's
+        model and report, its only copy); None when there is none."""
+        model = self.pca_model
+        try:
+            if not self.want_pca or not model.is_file():
+                return None
+        except OSError:  # (a name too long to exist)
+            return None
+        stem = self.features.with_suffix("")
+        for suffix in OUTPUT_SUFFIXES:
+            other = stem.with_name(stem.name + suffix)
+            if other != self.features and other.exists() and fitted_for(other, model):
+                return other
+        return None
 
     def outputs(self) -> list[tuple[str, Path]]:
         """(label, path) of every file the finished run may leave, for the overwrite and input-protection rules."""
@@ -696,6 +724,11 @@ def check_layout(layout: OutputLayout, reader, input: str, overwrite: bool, resu
         interrupted = partial.is_dir() and any(not browser_file(q) for q in partial.iterdir())
     if interrupted and not (resume or overwrite):
         raise partial_run_error(partial, stdin=input == "-")
+    owner = layout.pca_owner()  # even with overwrite, which replaces this output's files, not another's
+    if owner is not None:
+        raise OutputError(f"the PCA model {layout.pca_model} is the one fitted for {owner}, another output of this "
+                          f"name (they share {layout.pca_prefix.name}.*): this run would replace it and its report",
+                          f"pass {opt('output')} with another name, or remove {owner} and its PCA files first")
     # resume continues it, rewriting only the outputs its interrupted finish left; overwrite starts over
     check_overwrite(outs, overwrite, resumed=partial if interrupted and resume else None)
 

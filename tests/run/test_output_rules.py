@@ -796,3 +796,36 @@ def test_an_empty_model_name_is_refused_as_empty_not_as_the_current_directory(tm
     with pytest.raises(BertfeatError, match="^the model name is empty - pass a model folder or name"):
         bertfeat.extract("in.csv", "o.parquet", model="")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.csv"]
+
+
+def test_a_pca_run_never_replaces_the_pca_fitted_for_another_output_of_its_name(tmp_path, src, capsys):
+    """o.parquet and o.npy share o.pca.npz and its report: `-o o.npy --pca 3` was refused as 'already exists - pass
+    --overwrite', and with --overwrite replaced o.parquet's model, its only copy (verify then said 'put the model file
+    back'). Now it is refused whatever the flags, naming the output the model was fitted for; the files stay byte
+    for byte; a run that removes that output first, or names its own output otherwise, goes on."""
+    import hashlib
+
+    def digests():
+        return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(tmp_path.glob("o.*"))}
+
+    first = tmp_path / "o.parquet"
+    assert run(capsys, "extract", src, "-o", first, "--model", tiny_model(), "--pca", "2", "-q")[0] == 0
+    before = digests()
+    assert {"o.pca.npz", "o.pca.report.json", "o.pca.report.md"} <= set(before)
+    said = (f"Error: the PCA model {tmp_path / 'o.pca.npz'} is the one fitted for {first}, another output of this name "
+            f"(they share o.pca.*): this run would replace it and its report - pass -o with another name, or remove "
+            f"{first} and its PCA files first\n")
+    for flags in ([], ["--overwrite"]):
+        rc, out, err = run(capsys, "extract", src, "-o", tmp_path / "o.npy", "--model", tiny_model(), "--pca", "3",
+                           *flags)
+        assert (rc, out, err) == (1, "", said)
+        assert digests() == before
+    with pytest.raises(OutputError) as e:
+        bertfeat.extract(src, tmp_path / "o.csv", model=tiny_model(), pca=3, overwrite=True)
+    assert e.value.message == said[len("Error: "):-1].replace("-o with", "output with")
+    assert run(capsys, "verify", first, "-q")[0] == 0
+    assert run(capsys, "extract", src, "-o", tmp_path / "p.npy", "--model", tiny_model(), "--pca", "3", "-q")[0] == 0
+    first.unlink()
+    assert run(capsys, "extract", src, "-o", tmp_path / "o.npy", "--model", tiny_model(), "--pca", "3", "--overwrite",
+               "-q")[0] == 0
+    assert run(capsys, "verify", tmp_path / "o.npy", "-q")[0] == 0
