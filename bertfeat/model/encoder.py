@@ -23,7 +23,7 @@ import numpy as np
 
 from ..ops import gemm
 from .config import ROBERTA_TYPES, BertConfig
-from ..errors import BertfeatError, ConfigError, either, opt, opt_word, warn
+from ..errors import BertfeatError, ConfigError, opt, opt_word, warn
 from .hub import ModelLocation, file_states, files_differ, model_files, model_files_digest, resolve_model
 from .families import forward, load_model_weights
 from .bert import Workspace, layer_steps, pooler
@@ -31,20 +31,18 @@ from ..ops.threads import default_threads
 from ..checks import (check_max_batch_tokens, check_max_length, check_size, check_stride, check_switch, check_threads,
                       check_truncate_dim, invalid_unicode, switch_value)
 from .pooling import (
-    LAYER_AGGS,
     ONE_TOKEN_POOLS,
     combine_layers,
     l2_normalize,
     weighted_layers,
     parse_layers,
     pool_tokens,
-    quoted_option,
     split_pooling,
 )
 from .stmodules import ModelPipeline, read_pipeline, run_step
 from .tokenize import BertTokenizer, Tokenized, pad_batch
 from .weights import BertWeights, weights_sha256
-from .spec import DEFAULT_STRIDE, LONG_TEXT_MODES, FeatureSpec, one_token
+from .spec import DEFAULT_STRIDE, LONG_TEXT_MODES, FeatureSpec, check_spec_words, one_token  # noqa: F401 (re-export)
 from .batching import (DEFAULT_BATCH_TOKENS, MAX_BATCH_ROWS, chunk_windows, combine_windows, parallel_map,
                        split_short_batches, token_budget_batches)
 # the errors naming rows: importable from here too, as before they moved to inputs.py
@@ -340,18 +338,12 @@ class Encoder:
         whose tokenizer gives no token_type_ids records so: FeatureSpec.pair_token_types).
         """
         normalize = _tristate("normalize", normalize, " (None: the model's own choice)")
-        if pooling is not None and (not isinstance(pooling, str) or not pooling.strip()):
-            raise BertfeatError(f"{opt('pooling', pooling)} names no pooling",
-                                f"give one such as {opt('pooling', 'mean')}, "
-                                + either("or None", "or leave it out") + " for the model's own embedding")
+        check_spec_words(pooling, layer_agg, long_text)
         own = pooling is None and layers is None
         if own and self.pipeline.no_own_embedding:
             raise BertfeatError(f"the model {self.model_id} has no embedding of its own: {self.pipeline.no_own_embedding}",
                                 f"choose a pooling, e.g. {opt('pooling', 'mean')}")
         pooling = "+".join(split_pooling(pooling or self.default_pooling))
-        for name, value, allowed in (("layer_agg", layer_agg, LAYER_AGGS), ("long_text", long_text, LONG_TEXT_MODES)):
-            if value not in allowed:  # named as the option it came from (--layer-agg / layer_agg=)
-                raise BertfeatError(f"unknown {quoted_option(name, value)}", f"choose one of {', '.join(allowed)}")
         L = self.config.num_hidden_layers
         idx = parse_layers(layers, L)
         lw = self.pipeline.weighted_layers if own else None

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from .pooling import ONE_TOKEN_POOLS
+from ..errors import BertfeatError, either, opt
+from .pooling import LAYER_AGGS, ONE_TOKEN_POOLS, quoted_option, split_pooling
 
 LONG_TEXT_MODES = ("truncate", "chunk-mean", "chunk-max", "error")
 
@@ -94,3 +95,19 @@ def exact_groups(specs: list[FeatureSpec]) -> list[list[int]]:
     for i, s in enumerate(specs):
         groups.setdefault(_token_read(s), []).append(i)
     return [g for k, g in groups.items() if k is not None] + ([groups[None]] if None in groups else [])
+
+
+def check_spec_words(pooling, layer_agg, long_text) -> None:
+    """The settings of a spec that are words the model does not decide (a pooling's names, ``layer_agg``,
+    ``long_text``): checked by ``Encoder.spec``, and by extract's plan before its output rules, so that a run told
+    'already exists - pass --overwrite' is not then told the value is unknown."""
+    if pooling is not None and (not isinstance(pooling, str) or not pooling.strip()):
+        raise BertfeatError(f"{opt('pooling', pooling)} names no pooling",
+                            f"give one such as {opt('pooling', 'mean')}, "
+                            + either("or None", "or leave it out") + " for the model's own embedding")
+    if pooling is not None:
+        split_pooling(pooling)
+    for name, value, allowed in (("layer_agg", layer_agg, LAYER_AGGS), ("long_text", long_text, LONG_TEXT_MODES)):
+        if value not in allowed:  # named as the option it came from (--layer-agg / layer_agg=)
+            raise BertfeatError(f"unknown {quoted_option(name, value)}", f"choose one of {', '.join(allowed)}")
+

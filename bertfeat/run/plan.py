@@ -283,6 +283,9 @@ def make_plan(options: ExtractOptions, client: Any = None) -> ExtractPlan:
     o = _encoder_options(o)
     fmt, dask = _engine_settings(o)
     keep, keep_as, label = _output_columns(o, fmt, pca, pca_model)
+    from ..model.spec import check_spec_words
+
+    check_spec_words(o.pooling, o.layer_agg, o.long_text)  # (Encoder.spec's words, before "already exists")
     _check_long_text(o.stride, o.long_text, o.pair_column)
     input = _check_input(o, fmt)
     from ..readers import open_input, resume_identity, split_id_column

@@ -829,3 +829,22 @@ def test_a_pca_run_never_replaces_the_pca_fitted_for_another_output_of_its_name(
     assert run(capsys, "extract", src, "-o", tmp_path / "o.npy", "--model", tiny_model(), "--pca", "3", "--overwrite",
                "-q")[0] == 0
     assert run(capsys, "verify", tmp_path / "o.npy", "-q")[0] == 0
+
+
+@pytest.mark.parametrize("flags, said", [
+    (["--long-text", "bogus"], "Error: unknown --long-text 'bogus' - choose one of truncate, chunk-mean, chunk-max, "
+                               "error\n"),
+    (["--layer-agg", "bogus"], "Error: unknown --layer-agg 'bogus' - choose one of mean, concat\n"),
+    (["--pooling", "bogus"], "Error: unknown --pooling 'bogus' - choose one of pooled, cls, max, mean, "
+                             "mean_sqrt_len_tokens, weightedmean, lasttoken, or token poolings joined with '+' such as "
+                             "mean+max\n"),
+])
+def test_a_wrong_word_is_said_before_an_existing_output(tmp_path, src, capsys, flags, said):
+    """A run over an existing output with --long-text bogus was told 'already exists - pass --overwrite'; doing so
+    then said the value is unknown. The words the model does not decide are checked with the options, first."""
+    out = tmp_path / "done.parquet"
+    assert run(capsys, "extract", src, "-o", out, "--model", tiny_model(), "-q")[0] == 0
+    before = out.read_bytes()
+    for more in ([], ["--overwrite"]):
+        assert run(capsys, "extract", src, "-o", out, "--model", tiny_model(), *flags, *more) == (1, "", said)
+    assert out.read_bytes() == before
