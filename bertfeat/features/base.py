@@ -326,6 +326,10 @@ def missing_file_error(path: Path) -> BertfeatError:
         kind = "a directory" if os.path.isdir(path) else special_file_kind(os.stat(path).st_mode)
         return BertfeatError(f"{path} is {kind}, not a feature file",
                              "write the features to a regular file (`bertfeat extract ... -o FILE`) and pass that")
+    if str(path) == "-":  # (only extract reads standard input)
+        return BertfeatError("a feature file is read from a file, not standard input ('-')",
+                             "write the features to a file first, e.g. `bertfeat extract - -o features.parquet`, and "
+                             "pass that (a file named '-': ./-)")
     return BertfeatError(f"feature file not found: {path}", "check the path, or write it with `bertfeat extract`")
 
 

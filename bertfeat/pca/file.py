@@ -235,6 +235,9 @@ def _check_model_file(path: Path) -> dict[str, tuple[tuple[int, ...], np.dtype]]
     try:
         st = os.stat(path)  # another OSError (permission denied, ...) propagates: the CLI names it (errors.os_error)
     except (FileNotFoundError, NotADirectoryError):
+        if str(path) == "-":  # (only extract reads standard input)
+            raise BertfeatError("a PCA model is read from a file, not standard input ('-')",
+                                "pass the model's .npz file (a file named '-': ./-)") from None
         raise BertfeatError(f"PCA model file not found: {path}", "check the path, or fit one with `bertfeat pca fit`") from None
     if not stat.S_ISREG(st.st_mode):
         raise not_a_model(path, _not_regular(st.st_mode))

@@ -1080,3 +1080,22 @@ def test_fit_warns_when_the_file_holds_fewer_features_than_its_provenance_wrote(
                                        "feature columns were dropped or added since; check it is the whole file\n")
     assert _run_main(["pca", "fit", str(whole), "-n", "2", "-o", str(tmp_path / "w.npz"), "-q"]) == 0
     assert capsys.readouterr().err == ""
+
+
+@pytest.mark.parametrize("argv", [["pca", "fit", "-", "-n", "2", "-o", "p.npz"], ["verify", "-"],
+                                  ["pca", "transform", "-", "--pca-model", "MODEL", "-o", "r.parquet"],
+                                  ["report", "-"]])
+def test_standard_input_given_to_a_command_that_reads_files_says_so(tmp_path, monkeypatch, features, X, capsys, argv):
+    """'-' (standard input, which extract reads) given to a command that reads a feature file or a PCA model said
+    'feature file not found: - - check the path': now that the command reads a file, not standard input, and, for a
+    file that is named '-', ./-."""
+    monkeypatch.chdir(tmp_path)
+    PCA(2).fit(X).save("m.npz")
+    argv = [a.replace("MODEL", "m.npz") for a in argv]
+    assert _run_main(argv) == 1
+    out, err = capsys.readouterr()
+    what = "a PCA model" if argv[0] == "report" else "a feature file"
+    how = ("pass the model's .npz file" if argv[0] == "report" else
+           "write the features to a file first, e.g. `bertfeat extract - -o features.parquet`, and pass that")
+    assert (out, err) == ("", f"Error: {what} is read from a file, not standard input ('-') - {how} (a file named "
+                              "'-': ./-)\n")
