@@ -814,6 +814,7 @@ def _command_path() -> str:
 def usage_error(e: BaseException) -> str:
     """A command line that does not parse (click's / typer's UsageError) as ``what - how to fix``, one line: a
     missing argument, an unknown option or command, a value of the wrong type, an extra argument."""
+    import os
     import re
 
     from ..errors import one_line
@@ -829,7 +830,11 @@ def usage_error(e: BaseException) -> str:
     elif "NoSuchOption" in names:
         name = getattr(e, "option_name", "") or ""
         what = f"no such option {name}".rstrip()
-        if getattr(e, "possibilities", None):
+        argv = _ARGV if _ARGV is not None else sys.argv[1:]
+        named = next((a for a in argv if name and a.startswith(name) and os.path.exists(a)), None)
+        if named is not None:  # extract -dash.csv: click read -d of a file's name as an option
+            fix = f"{named} is a file: pass it as ./{named}, or put -- before it ({command} -- {named})"
+        elif getattr(e, "possibilities", None):
             fix = f"did you mean {' or '.join(sorted(e.possibilities))}? {fix}"
         elif re.match(r"-(?![-A-Za-z])", name) or " " in name:  # a text such as "-1 degrees" read as an option
             fix = f"put -- before a text or path that starts with '-' ({command} -- TEXT), or {fix}"

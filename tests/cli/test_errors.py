@@ -948,6 +948,25 @@ def test_a_command_line_that_does_not_parse_is_one_line_exit_2(tmp_path, capsys,
     assert out == "" and list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.parametrize("name", ["-dash.csv", "-x.jsonl"])
+def test_a_file_whose_name_starts_with_a_dash_is_named_as_a_file(tmp_path, capsys, monkeypatch, name):
+    """extract -dash.csv said 'no such option -d - see bertfeat extract --help' (click reads -d of the name as an
+    option), naming neither the file nor the way out; now it says the file is one, and both ways, which work."""
+    monkeypatch.chdir(tmp_path)
+    body = ("text\none sentence\nanother one\n" if name.endswith(".csv")
+            else '{"text": "one sentence"}\n{"text": "another one"}\n')
+    (tmp_path / name).write_text(body)
+    rc, out, err = run(capsys, "extract", name)
+    one_line(rc, err, f"Error: no such option {name[:2]} - {name} is a file: pass it as ./{name}, or put -- before it "
+                      f"(bertfeat extract -- {name})", code=2)
+    from extract_util import tiny_model
+
+    for way in (["./" + name], ["--", name]):
+        out_name = f"o{len(way)}.parquet"
+        assert run(capsys, "extract", "-m", tiny_model(), "-o", out_name, "-q", *way)[0] == 0
+        assert (tmp_path / out_name).is_file()
+
+
 def test_no_command_prints_the_help(capsys):
     rc, out, err = run(capsys)
     assert rc == 2 and "Usage: bertfeat" in out + err and "Error" not in out + err
