@@ -133,6 +133,11 @@ OPTIONAL_DEFAULTS = {"dtype": "float32", "max_field_bytes": DEFAULT_MAX_FIELD_BY
 CACHE_SPANS = ("long_text", "stride", "max_length")
 
 
+#: manifest keys recorded as the option's value is given (--chunk-rows 3, --pooling mean): a refusal names them
+NAMED_AS_GIVEN = ("chunk_rows", "pooling", "layer_agg", "long_text", "stride", "max_length", "text_column",
+                  "pair_column", "encoding", "on_bad_row", "format", "dtype", "truncate_dim", "max_field_bytes")
+
+
 #: manifest keys that follow from the input's files (the Dask engine's count of partitions): they change with it
 FROM_INPUT = ("partitions",)
 
@@ -150,6 +155,11 @@ def _resume_fix(old: dict, new: dict) -> str:
         return (f"{start_over} on the input as it is now (with the vector cache the interrupted run used, "
                 f"{opt('cache', 'DIR')}, the rows it finished that are still in the input are taken from the cache)")
     if not changed or not changed <= set(CACHE_SPANS):
+        named = changed - set(FROM_INPUT)
+        was = {k: old.get(k, OPTIONAL_DEFAULTS.get(k)) for k in named}  # (dtype float32: not recorded)
+        if named and named <= set(NAMED_AS_GIVEN) and None not in was.values():
+            given = " ".join(_as_given(k, was[k]) for k in NAMED_AS_GIVEN if k in named)
+            return f"{start_over}, or resume with the original settings ({given})"
         return f"{start_over}, or use the original settings"
     lengths = " or ".join(str(n) for n in dict.fromkeys((old.get("max_length"), new.get("max_length"))))
     original = " ".join(opt(k, old[k]) for k in CACHE_SPANS if k in changed and old.get(k) is not None)
@@ -159,6 +169,13 @@ def _resume_fix(old: dict, new: dict) -> str:
     return (f"{start_over}: with the vector cache the interrupted run used ({opt('cache', 'DIR')}), the rows it finished "
             f"are taken from the cache, all but those longer than max length {lengths}; or resume "
             f"with the interrupted run's settings ({original})")
+
+
+def _as_given(key: str, value) -> str:
+    """A recorded setting as its option is given: ``--text-column 'my text'``, ``text_column='my text'``."""
+    import shlex
+
+    return opt(key, value, cli=shlex.quote(str(value)))
 
 
 def _respelled(a, b) -> bool:

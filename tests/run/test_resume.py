@@ -184,23 +184,33 @@ def test_a_resumed_runs_throughput_counts_only_its_own_rows(tmp_path, capsys, mo
         (s.tokens - s.tokens_resumed) / s.elapsed)
 
 
-@pytest.mark.parametrize("change, differs", [
-    (["--pooling", "cls"], "pooling: 'mean' -> 'cls'"),
-    (["--layers=-2"], "layers: [2] -> [1]"),
-    (["--normalize"], "normalize: False -> True"),
-    (["--pooling", "max", "--max-length", "32"], "pooling: 'mean' -> 'max'; max length: 128 -> 32"),
-    (["--max-length", "32", "--chunk-rows", "5"], "max length: 128 -> 32; chunk rows: 3 -> 5"),
-    (["--chunk-rows", "5"], "chunk rows: 3 -> 5"),
-    (["--dtype", "float16"], "dtype: 'float32' -> 'float16'"),
+#: the fix of a resume refused for other settings: the original ones named where they are given as recorded
+ORIGINAL = "rerun with --overwrite instead of --resume to start over, or resume with the original settings ({})\n"
+GENERIC = "rerun with --overwrite instead of --resume to start over, or use the original settings\n"
+
+
+@pytest.mark.parametrize("change, differs, fix", [
+    (["--pooling", "cls"], "pooling: 'mean' -> 'cls'", ORIGINAL.format("--pooling mean")),
+    (["--layers=-2"], "layers: [2] -> [1]", GENERIC),  # (recorded as hidden-state indices, not as --layers takes)
+    (["--normalize"], "normalize: False -> True", GENERIC),
+    (["--pooling", "max", "--max-length", "32"], "pooling: 'mean' -> 'max'; max length: 128 -> 32",
+     ORIGINAL.format("--pooling mean --max-length 128")),
+    (["--max-length", "32", "--chunk-rows", "5"], "max length: 128 -> 32; chunk rows: 3 -> 5",
+     ORIGINAL.format("--chunk-rows 3 --max-length 128")),
+    (["--chunk-rows", "5"], "chunk rows: 3 -> 5", ORIGINAL.format("--chunk-rows 3")),
+    (["--dtype", "float16"], "dtype: 'float32' -> 'float16'", ORIGINAL.format("--dtype float32")),
+    (["--text-column", "text", "--layers=-2"], "layers: [2] -> [1]", GENERIC),
 ])
-def test_resume_with_other_settings_is_refused(tmp_path, capsys, monkeypatch, change, differs):
+def test_resume_with_other_settings_is_refused(tmp_path, capsys, monkeypatch, change, differs, fix):
+    """Refused, naming what differs; the fix names the original settings where each is recorded as its option takes
+    it (it said only 'or use the original settings', naming none: a CLI review)."""
     src = corpus(tmp_path / "c.csv", 12)
     out = tmp_path / "o.parquet"
     args = ["--model", tiny_model(), "--chunk-rows", 3]
     interrupted_run(capsys, monkeypatch, src, out, *args)
     rc, _, err = run(capsys, "extract", src, "-o", out, *args, *change, "--resume")
     assert (rc, err) == (1, f"Error: cannot resume: the settings or the input differ from the interrupted run ({differs}) - "
-                            "rerun with --overwrite instead of --resume to start over, or use the original settings\n")
+                            + fix)
     assert not out.exists() and len(parts(out)) == 2  # refused, nothing touched: the right settings still resume
     rc, _, err = run(capsys, "extract", src, "-o", out, *args, "--resume")
     assert rc == 0, err
@@ -283,12 +293,12 @@ def test_a_float16_run_resumes_float16_only(tmp_path, capsys, monkeypatch):
     assert np.load(out).dtype == np.float16 and np.load(out).shape[0] == 12
 
 
-@pytest.mark.parametrize("first, then, differs", [
-    (["--truncate-dim", "8"], [], "truncate dim: 8 -> None"),  # the key only the interrupted run's fingerprint has
-    ([], ["--truncate-dim", "8"], "truncate dim: None -> 8"),
-    (["--truncate-dim", "8"], ["--truncate-dim", "16"], "truncate dim: 8 -> 16"),
+@pytest.mark.parametrize("first, then, differs, fix", [
+    (["--truncate-dim", "8"], [], "truncate dim: 8 -> None", ORIGINAL.format("--truncate-dim 8")),  # the key only
+    ([], ["--truncate-dim", "8"], "truncate dim: None -> 8", GENERIC),  # the interrupted run's fingerprint has
+    (["--truncate-dim", "8"], ["--truncate-dim", "16"], "truncate dim: 8 -> 16", ORIGINAL.format("--truncate-dim 8")),
 ])
-def test_resume_with_another_truncate_dim_is_refused(tmp_path, capsys, monkeypatch, first, then, differs):
+def test_resume_with_another_truncate_dim_is_refused(tmp_path, capsys, monkeypatch, first, then, differs, fix):
     """The parts of a run cut to 8 features were resumed by a run keeping all 32 (and their rows mixed in one file)."""
     src = corpus(tmp_path / "c.csv", 12)
     out = tmp_path / "o.parquet"
@@ -296,7 +306,7 @@ def test_resume_with_another_truncate_dim_is_refused(tmp_path, capsys, monkeypat
     interrupted_run(capsys, monkeypatch, src, out, *args, *first)
     rc, _, err = run(capsys, "extract", src, "-o", out, *args, *then, "--resume")
     assert (rc, err) == (1, f"Error: cannot resume: the settings or the input differ from the interrupted run ({differs}) - "
-                            "rerun with --overwrite instead of --resume to start over, or use the original settings\n")
+                            + fix)
     assert not out.exists() and len(parts(out)) == 2
     rc, _, err = run(capsys, "extract", src, "-o", out, *args, *first, "--resume")
     assert rc == 0, err
