@@ -85,7 +85,7 @@ def fit_command(
     out: Annotated[str, typer.Option("-o", "--output", help="Model file to write (.npz).")],
     n_components: Annotated[
         Optional[str],
-        typer.Option("-n", "--n-components", help="Components to keep: a number (100), a variance fraction (0.95), 'mle' (Minka's choice) or 'all'."),
+        typer.Option("-n", "--n-components", help="Components to keep: a number (100), a variance fraction (0.95), 'mle' (Minka's choice) or 'all' (the default)."),
     ] = None,
     solver: Annotated[
         str,
