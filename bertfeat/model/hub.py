@@ -186,7 +186,9 @@ def file_states(root: Path, rels: list[str]) -> dict[str, tuple]:
 
 
 def hf_cache_dirs() -> list[Path]:
-    """The Hugging Face hub cache folders to search, in the order huggingface_hub uses them."""
+    """The Hugging Face hub cache folders to search: the one huggingface_hub uses first (HF_HUB_CACHE, else
+    HF_HOME/hub, else ~/.cache/huggingface/hub), then the others an environment names (a model found there is found,
+    where huggingface_hub would look in its one folder only)."""
     dirs = []
     if os.environ.get("HF_HUB_CACHE"):
         dirs.append(Path(os.environ["HF_HUB_CACHE"]))
@@ -339,8 +341,9 @@ def resolve_model(name: str | os.PathLike | None = None) -> ModelLocation:
     elif looks_like_path:
         fix = "check the path; a model directory holds config.json, model.safetensors and tokenizer.json or vocab.txt"
     else:
-        fix = (
-            f"run `hf download {shlex.quote(canonical)}` on a machine with internet access and copy "
-            f"~/.cache/huggingface/hub to this machine (or set HF_HUB_CACHE), or pass {opt('model', '/path/to/local/dir')}"
-        )
+        given = os.environ.get("HF_HUB_CACHE")  # set: the folder to copy into is that one, named
+        where = (f"its hub cache to {given} (HF_HUB_CACHE) on this machine" if given
+                 else "~/.cache/huggingface/hub to this machine (or set HF_HUB_CACHE)")
+        fix = (f"run `hf download {shlex.quote(canonical)}` on a machine with internet access and copy {where}, or pass "
+               f"{opt('model', '/path/to/local/dir')}")
     raise ModelNotFoundError(f"model '{name}' not found; looked in: " + "; ".join(looked), fix)

@@ -84,6 +84,19 @@ def test_missing_hub_model_lists_every_place_and_the_download_command(empty_cach
     assert "`hf download google-bert/bert-base-chinese`" in msg
     assert "HF_HUB_CACHE" in msg and "model='/path/to/local/dir'" in msg
     assert e.value.render({}).endswith("or pass --model /path/to/local/dir")  # the CLI's spelling
+    # HF_HUB_CACHE set: the folder to copy into is named, not "(or set HF_HUB_CACHE)" (a CLI review)
+    assert e.value.fix == (f"run `hf download google-bert/bert-base-chinese` on a machine with internet access and copy "
+                           f"its hub cache to {empty_caches['HF_HUB_CACHE']} (HF_HUB_CACHE) on this machine, or pass "
+                           "model='/path/to/local/dir'")
+
+
+def test_missing_hub_model_without_hf_hub_cache_says_where_to_copy(empty_caches, no_network, monkeypatch):
+    monkeypatch.delenv("HF_HUB_CACHE")
+    with pytest.raises(ModelNotFoundError) as e:
+        resolve_model("bert-base-chinese")
+    assert e.value.fix == ("run `hf download google-bert/bert-base-chinese` on a machine with internet access and copy "
+                           "~/.cache/huggingface/hub to this machine (or set HF_HUB_CACHE), or pass "
+                           "model='/path/to/local/dir'")
 
 
 def test_missing_org_model_and_missing_path(empty_caches):
