@@ -198,12 +198,11 @@ def rotate(x: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> np.ndarray:
 
 
 # --------------------------------------------------------------------------- linear layers, norms
-def lin(w: ModernBertWeights, x: np.ndarray, wt, b: np.ndarray | None, out: np.ndarray, bt: Batch,
-        row0: int = 0) -> np.ndarray:
-    """(m, in) float32 rows (token rows row0.. of the batch) @ wt + b into ``out`` (m, out), in the weights'
-    precision (bert.layer_steps: for bf16 the rows rounded to bf16 first, for int8 quantized, with the batch's float
-    token rows in float)."""
-    return layer_steps(w).linear(x, wt, b, out, bt, row0)
+def lin(P, x: np.ndarray, wt, b: np.ndarray | None, out: np.ndarray, bt: Batch, row0: int = 0) -> np.ndarray:
+    """(m, in) float32 rows (token rows row0.. of the batch) @ wt + b into ``out`` (m, out), by the precision's layer
+    steps ``P`` (bert.layer_steps, picked once per forward pass: for bf16 the rows rounded to bf16 first, for int8
+    quantized, with the batch's float token rows in float)."""
+    return P.linear(x, wt, b, out, bt, row0)
 
 
 def norm_(x: np.ndarray, g: np.ndarray, b: np.ndarray | None, eps: float) -> np.ndarray:
@@ -271,24 +270,25 @@ def attend_run(q: np.ndarray, k: np.ndarray, v: np.ndarray, side: int | None, ou
                 probs[b0:b1, :, q0:q1, k0:k1] = s
 
 
-def attention(w: ModernBertWeights, i: int, h: np.ndarray, keep: np.ndarray, bt: Batch) -> tuple[np.ndarray, np.ndarray | None]:
+def attention(w: ModernBertWeights, P, i: int, h: np.ndarray, keep: np.ndarray,
+              bt: Batch) -> tuple[np.ndarray, np.ndarray | None]:
     """Layer i's attention on (N, H) normed rows -> (N, H) output (Wo applied, its bias too) and the probabilities."""
     c, lw = w.config, w.layers[i]
     B, T, ws = bt.B, bt.T, bt.ws
     N, H = h.shape
     nh = c.num_attention_heads
     hs = H // nh
-    qkv = lin(w, h, lw.qkv_w, lw.qkv_b, ws.take("qkv", (N, 3 * H)), bt)  # (N, 3H)
+    qkv = lin(P, h, lw.qkv_w, lw.qkv_b, ws.take("qkv", (N, 3 * H)), bt)  # (N, 3H)
     qkv = qkv.reshape(B, T, 3, nh, hs).transpose(2, 0, 3, 1, 4)  # (3, B, nh, T, hs)
     local = c.layer_types[i] == "sliding_attention"
     cos, sin = rotary(T, hs, c.local_rope_theta if local else c.global_rope_theta)
     q, k = rotate(qkv[0], cos, sin), rotate(qkv[1], cos, sin)
     ctx, probs = attend_blocked(q, k, qkv[2], keep, c.local_attention // 2 if local else None, bt.want_probs)
     rows = np.ascontiguousarray(ctx.transpose(0, 2, 1, 3)).reshape(N, H)  # (N, H) token rows
-    return lin(w, rows, lw.o_w, lw.o_b, ws.take("attn_out", (N, H)), bt), probs
+    return lin(P, rows, lw.o_w, lw.o_b, ws.take("attn_out", (N, H)), bt), probs
 
 
-def mlp_(w: ModernBertWeights, i: int, x: np.ndarray, bt: Batch, block: int = 1024) -> np.ndarray:
+def mlp_(w: ModernBertWeights, P, i: int, x: np.ndarray, bt: Batch, block: int = 1024) -> np.ndarray:
     """In place x (N, H) += Wo(act(u) * g), [u | g] = Wi(LN_mlp(x)), ``block`` rows at a time; returns x."""
     c, lw = w.config, w.layers[i]
     N, H = x.shape
@@ -297,10 +297,10 @@ def mlp_(w: ModernBertWeights, i: int, x: np.ndarray, bt: Batch, block: int = 10
     for s in range(0, N, block):
         m = min(block, N - s)
         h = norm_(np.array(x[s:s + m]), lw.ln2_g, lw.ln2_b, c.layer_norm_eps)  # (m, H)
-        u = lin(w, h, lw.up_w, lw.up_b, bt.ws.take("mlp_in", (m, 2 * F)), bt, s)  # (m, 2F)
+        u = lin(P, h, lw.up_w, lw.up_b, bt.ws.take("mlp_in", (m, 2 * F)), bt, s)  # (m, 2F)
         a = act(u[:, :F])  # (m, F) view, in place
         a *= u[:, F:]
-        y = lin(w, np.ascontiguousarray(a), lw.down_w, lw.down_b, bt.ws.take("mlp_out", (m, H)), bt, s)
+        y = lin(P, np.ascontiguousarray(a), lw.down_w, lw.down_b, bt.ws.take("mlp_out", (m, H)), bt, s)
         x[s:s + m] += y
     return x
 
@@ -325,16 +325,17 @@ def modernbert_forward(w: ModernBertWeights, input_ids: np.ndarray, token_type_i
     ws = ws or Workspace()
     real = np.asarray(attention_mask).astype(bool)  # (B, T)
     bt = Batch.of(c, additive_mask(attention_mask), ws, want_probs=output_attentions, ids=input_ids)
-    layer_steps(w).mark(bt)  # int8: the batch's float token rows
+    P = layer_steps(w)  # the precision's steps, picked once: the layer loop never asks which runs
+    P.mark(bt)  # int8: the batch's float token rows
     x = modernbert_embed(w, input_ids)  # (N, H) residual stream
     out = ForwardOutput(hidden={})
     for i in range(last + 1):
         if i > 0:
             lw = w.layers[i - 1]
             h = x if lw.ln1_g is None else norm_(x.copy(), lw.ln1_g, lw.ln1_b, c.layer_norm_eps)
-            a, probs = attention(w, i - 1, h, real, bt)
+            a, probs = attention(w, P, i - 1, h, real, bt)
             x += a
-            mlp_(w, i - 1, x, bt)
+            mlp_(w, P, i - 1, x, bt)
             if output_attentions:
                 out.attentions.append(probs)
         if i in keep:
