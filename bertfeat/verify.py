@@ -628,10 +628,10 @@ def _report(path: Path, reader, enc, pca, dtype: str, n: int, rows: list[dict], 
 
 
 def _check_model_files(meta: dict, enc, path: Path) -> None:
-    """The model folder's other files (config, tokenizer, sentence-transformers modules: cache.store.model_files) are the
+    """The model folder's other files (config, tokenizer, sentence-transformers modules: model.hub.model_files) are the
     ones the features were extracted with, where the provenance records them (bertfeat >= 0.3): an edited
     1_Pooling/config.json changes the model's own embedding while the weights and the recorded settings still match."""
-    from .cache.store import model_files_digest
+    from .model.hub import model_files_digest
 
     then = meta.get("model_files")
     if not isinstance(then, dict):

@@ -162,23 +162,6 @@ def text_key(text: str, pair: str | None = None) -> bytes:
     return h.digest()
 
 
-def model_files(directory: Path) -> list[str]:
-    """Every file of a model folder that can change a vector besides the encoder's weights (checksummed already), as
-    paths relative to the folder: what loading the model reads (hub.model_files, the one list; config, tokenizer,
-    sentence_bert_config.json, modules.json and each module's files: 1_Pooling/config.json, 2_Dense/config.json and
-    its weights, ...; the encoder's in its Transformer folder in the older sentence-transformers layout)."""
-    from ..model.hub import model_files as read_by_loading
-
-    return read_by_loading(Path(directory), weights=False)
-
-
-def model_files_digest(directory: Path) -> dict[str, str]:
-    """sha256 of each of ``model_files(directory)``: relative path -> hex digest (hub.model_files_digest)."""
-    from ..model.hub import model_files_digest as digest
-
-    return digest(Path(directory))
-
-
 def encoder_files_digest(encoder) -> dict[str, str]:
     """model_files_digest of the encoder's model folder, refused when its files changed since the encoder read them
     (Encoder.files_sha256: the digests must be of the files that make its vectors; taken once, so the folder is

@@ -12,10 +12,9 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable, Mapping
-from pathlib import Path
 from typing import Any
 
-import numpy as np
+from ..features.base import json_default  # the one json.dumps fallback (NumPy values, paths, Arrow types)
 
 __all__ = ["MISSING", "NAMES", "json_default", "canonical_json", "dict_differences", "naming_keys"]
 
@@ -33,17 +32,6 @@ def naming_keys(a: Mapping, b: Mapping) -> set:
     """The NAMES keys to leave out when comparing fingerprints ``a`` and ``b``: those whose setting both hold (it is
     compared instead)."""
     return {k for k, setting in NAMES.items() if setting in a and setting in b}
-
-
-def json_default(o: Any) -> Any:
-    """JSON for NumPy scalars and arrays and for paths (``json.dumps``' ``default=``); other types are refused."""
-    if isinstance(o, np.generic):
-        return o.item()
-    if isinstance(o, np.ndarray):
-        return o.tolist()
-    if isinstance(o, Path):
-        return str(o)
-    raise TypeError(f"not JSON serializable: {type(o).__name__}")
 
 
 def canonical_json(value: Any, default: Callable[[Any], Any] = json_default) -> str:

@@ -91,7 +91,8 @@ from .validation import (
     overflow_error,
     underflow_error,
 )
-from .file import SavedModel, check_meta_digest, file_sha256, load_model, merge_sources, not_a_model, save_model, source_differences
+from ..model.hub import file_sha256
+from .file import SavedModel, check_meta_digest, load_model, merge_sources, not_a_model, save_model, source_differences
 from .solvers import (
     SOLVERS,
     check_solver,

@@ -420,15 +420,6 @@ def _listed(names: list[str]) -> str:
     return shown + (f" and {len(names) - 3} more" if len(names) > 3 else "")
 
 
-def file_sha256(path: str | os.PathLike) -> str:
-    """Hex SHA-256 of a file, read in 1 MiB blocks."""
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def load_model(path: str | os.PathLike) -> SavedModel:
     """Read and check a file written by ``save_model`` (``np.load(allow_pickle=False)``).
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .file import file_sha256
+from ..model.hub import file_sha256
 
 
 def reduced_by(meta: dict | None) -> dict | None:

@@ -19,7 +19,7 @@ from ..features import FeatureWriter, feature_fingerprint, feature_format, open_
 from ..features.registry import an_output, unwritable
 from ..features.base import check_float32_range
 from .estimator import AUTO_COVARIANCE_MAX_FEATURES, PCA
-from .file import file_sha256  # (defined beside the model file's reader, which PCA.load hashes with)
+from ..model.hub import file_sha256  # the one file hash (model files, PCA models); run/ and verify take it from here
 from .lineage import UNKNOWN, model_input, reduced_by, reduced_by_this, said, same_pca
 from .validation import rows_of as _rows_of
 

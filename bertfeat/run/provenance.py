@@ -18,7 +18,7 @@ from .summary import ExtractSummary, gemm_record
 
 def provenance(encoder, spec, fingerprint: dict, plan, summary: ExtractSummary) -> dict:
     """The metadata every feature file carries: model, weights, settings, GEMM path, input, command, counts."""
-    from ..cache.store import model_files_digest
+    from ..model.hub import model_files_digest
     from ..model.tokenize import library_version
 
     source = plan.reader

@@ -17,8 +17,9 @@ import pytest
 
 from bertfeat.errors import BertfeatError
 from bertfeat.cache.reuse import ENTRY_OVERHEAD, Reuser, RunStore
-from bertfeat.cache.store import (DB_NAME, CacheError, VectorStore, cache_fingerprint, model_files_digest, open_cache,
-                             resolve_cache, text_key)
+from bertfeat.cache.store import (DB_NAME, CacheError, VectorStore, cache_fingerprint, open_cache, resolve_cache,
+                                  text_key)
+from bertfeat.model.hub import model_files_digest
 from conftest import TEST_DATA, read_sst2
 from extract_util import tiny_encoder, tiny_model, tree_digest
 

@@ -402,10 +402,11 @@ def test_older_layout_without_the_encoders_config_json(make_ckpt, tmp_path):
 # the appended line makes vocab.txt hold a token "" past the embedding table: the model's caveat is right, not the subject
 @pytest.mark.filterwarnings("ignore:.*no row in the word embedding table:bertfeat.errors.BertfeatWarning")
 def test_cached_vectors_depend_on_the_transformer_folders_files(make_ckpt, tmp_path):
-    """The vector cache's fingerprint and the resume manifest's model_files (cache.store.model_files_digest) cover the
+    """The vector cache's fingerprint and the resume manifest's model_files (model.hub.model_files_digest) cover the
     encoder's files in 0_Transformer/; its weights are in the fingerprint through their sha256."""
     from bertfeat.model.encoder_cache import files_stamp
-    from bertfeat.cache.store import cache_fingerprint, model_files_digest
+    from bertfeat.cache.store import cache_fingerprint
+    from bertfeat.model.hub import model_files_digest
 
     d, _ = _older(make_ckpt, tmp_path)
     digest = model_files_digest(d)
@@ -432,7 +433,8 @@ def test_cached_vectors_depend_on_the_files_that_declare_tokens(make_ckpt, tmp_p
     """special_tokens_map.json and added_tokens.json (read when tokenizer_config.json has no added_tokens_decoder)
     decide which text is one token (model/declared.py): each is in the fingerprint, so a token declared there gives
     the vectors another key."""
-    from bertfeat.cache.store import cache_fingerprint, model_files_digest
+    from bertfeat.cache.store import cache_fingerprint
+    from bertfeat.model.hub import model_files_digest
 
     d = tmp_path / "m"
     shutil.copytree(make_ckpt(hidden=32, heads=2, layers=2, tokenizer="both", seed=33), d)
