@@ -20,7 +20,7 @@ with one line naming it (never skipping it):
                averaged with ``layer_weights`` (its weights file) before the Pooling; the Encoder keeps those
                layers (FeatureSpec.layers / layer_weights) only for it. sentence-transformers gives the module every
                layer's states only when the encoder's config says ``output_hidden_states`` (config.json, or
-               ``config_kwargs``): without it the module does nothing, here too (LayerWeights.off)
+               ``config_kwargs``): without it the module does nothing, here too (WeightedLayerPooling.off)
 
 Dense, Dropout and LayerNorm come after the Pooling (sentence-transformers reads the sentence embedding there, which
 only the Pooling makes), in any order with each other and with Normalize; each Dense's inputs and each LayerNorm's
@@ -174,7 +174,7 @@ class DropoutStep:
 
 
 @dataclass(frozen=True)
-class LayerWeights:
+class WeightedLayerPooling:
     """A WeightedLayerPooling module: each token's states of hidden states ``start`` .. L averaged with ``weights``
     before the Pooling (sentence-transformers' all_layer_embeddings[layer_start:]). ``off``: why it passes the last
     layer's states on unchanged instead (the encoder returns no state of every layer: config.json's
@@ -206,7 +206,7 @@ class ModelPipeline:
     pooling_source: str = "default (the model has no Pooling module)"
     include_prompt: bool = True
     steps: tuple = ()  # after pooling, in order: DenseLayer, LayerNormStep, DropoutStep or the string "normalize"
-    layer_weights: LayerWeights | None = None  # a WeightedLayerPooling before the Pooling
+    layer_weights: WeightedLayerPooling | None = None  # a WeightedLayerPooling before the Pooling
     prompts: dict[str, str] = field(default_factory=dict)
     default_prompt_name: str | None = None
     max_seq_length: int | None = None
@@ -269,7 +269,7 @@ class ModelPipeline:
         return out + (["Normalize"] if normalize else [])
 
     @property
-    def weighted_layers(self) -> LayerWeights | None:
+    def weighted_layers(self) -> WeightedLayerPooling | None:
         """The WeightedLayerPooling the model's embedding runs (None: none, or one that does nothing)."""
         lw = self.layer_weights
         return lw if lw is not None and not lw.off else None
@@ -630,7 +630,7 @@ def _hidden_states_off(d: Path, encoder_dir: str, st_cfg: dict) -> str | None:
     return None if on else f"{where} does not set output_hidden_states"
 
 
-def _load_layer_weights(d: Path, path: str, hidden_size: int, num_layers: int, off: str | None) -> LayerWeights:
+def _load_layer_weights(d: Path, path: str, hidden_size: int, num_layers: int, off: str | None) -> WeightedLayerPooling:
     """A WeightedLayerPooling module: config.json's embedding_dimension (the encoder's hidden size), num_hidden_layers
     (the encoder's layers, which sentence-transformers stacks: another count fails there) and layer_start (0 .. L;
     4 by default, as there), its weights file's layer_weights of one weight per layer from layer_start to L, which do
@@ -660,7 +660,7 @@ def _load_layer_weights(d: Path, path: str, hidden_size: int, num_layers: int, o
     if not np.isfinite(w).all() or w.sum(dtype=np.float32) == 0:
         raise ConfigError(f"{f}: layer_weights {w.tolist()} are not finite weights of a nonzero sum",
                           f"restore the module's {f.name} from the model")
-    return LayerWeights(path, start, w, off, f.name)
+    return WeightedLayerPooling(path, start, w, off, f.name)
 
 
 def _rel_file(folder: str, name: str) -> str:
