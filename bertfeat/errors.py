@@ -133,6 +133,16 @@ class BertfeatError(ValueError):
         return self._fix and visible(render(self._fix))
 
     @property
+    def marked_what(self) -> str:
+        """``what`` with its option markers, to build another error from (its options named for the caller)."""
+        return self._what
+
+    @property
+    def marked_fix(self) -> str | None:
+        """``fix`` with its option markers (``marked_what``)."""
+        return self._fix
+
+    @property
     def message(self) -> str:
         """``what - fix``, options named as Python parameters."""
         return self.render()

@@ -134,7 +134,7 @@ def _encoder(model, max_length: int | None = None, encoder=None, precision: str 
 
 
 def _max_length(enc, max_length: int | None) -> int:
-    return enc._check_max_length(max_length) if max_length else enc.max_length
+    return enc.checked_max_length(max_length) if max_length else enc.max_length
 
 
 def atomic_write(path: str | Path, write) -> Path:

@@ -136,7 +136,7 @@ class Encoder:
             # so numba's own memory does not add to the load's peak (bert-base shape bf16: peak RSS 910 -> 780 MB; fp32 907 MB)
             kernels.warm_bf16() if self.precision == "bf16" else kernels.warm_q8()
         self.default_max_length = self.pipeline.max_seq_length
-        self.max_length = self._check_max_length(max_length) if max_length else self.default_max_length
+        self.max_length = self.checked_max_length(max_length) if max_length else self.default_max_length
         self.tokenizer = BertTokenizer.from_dir(e, self.config.max_positions, lowercase=self.pipeline.do_lower_case)
         self.tokens_past_table = self._tokens_past_table()  # usually empty
         # what fills a batch past a row's end (masked, so any embedding row serves): the tokenizer's pad token, unless
@@ -255,7 +255,8 @@ class Encoder:
     def hidden_size(self) -> int:
         return self.config.hidden_size
 
-    def _check_max_length(self, n: int) -> int:
+    def checked_max_length(self, n: int) -> int:
+        """``n`` as a max length this model takes (3 up to its positions), else the error naming ``max_length``."""
         P = self.config.max_positions
         if not 2 < int(n) <= P:
             off = self.config.position_offset
@@ -361,7 +362,7 @@ class Encoder:
                 raise BertfeatError("pooling 'pooled' is defined on the last layer only",
                                     f"drop {opt('layers')}, or use {opt('pooling', 'cls')} to pool the [CLS] of other layers")
         check_max_length(max_length)
-        max_length = self._check_max_length(max_length) if max_length else self.max_length
+        max_length = self.checked_max_length(max_length) if max_length else self.max_length
         default = stride is None
         if not default:
             check_size(stride, "stride", 0, None, " (tokens shared by neighbouring windows)")

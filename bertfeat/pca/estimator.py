@@ -726,7 +726,7 @@ class PCA(Estimator):
             try:  # a value set after the fit (whiten='False', n_components=0) made a file load refuses
                 self._check_params()
             except BertfeatError as e:
-                raise BertfeatError(f"cannot save this PCA: {e._what} (set after the fit)", e._fix) from None
+                raise BertfeatError(f"cannot save this PCA: {e.marked_what} (set after the fit)", e.marked_fix) from None
         kept = kept_by(self.n_components, r, self.n_features_in_)
         if kept is not None and kept != r.n_components:  # a file load refuses (file._check_requested)
             raise BertfeatError(f"cannot save this PCA: its n_components={self.n_components!r} keeps {kept} of the "

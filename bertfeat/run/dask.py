@@ -167,13 +167,13 @@ def worker_encoder(location, model_name: str | None, encoder_kwargs: dict, weigh
             warnings.simplefilter("ignore", BertfeatWarning)
             enc = shared_encoder(location=loc, **kw)
     except BertfeatError as e:
-        raise WorkerSetupError(f"worker on {socket.gethostname()}: cannot load the model at {location.path} ({e._what})",
+        raise WorkerSetupError(f"worker on {socket.gethostname()}: cannot load the model at {location.path} ({e.marked_what})",
                                "the model directory must be at the same path on every worker (or in each worker's "
                                "Hugging Face cache)") from None
     try:
         sha256 = enc.weights_sha256  # hashed once, after checking the files are still the ones it loaded
     except BertfeatError as e:  # the model changed on this worker: the finished partitions stay for --resume
-        raise WorkerSetupError(f"worker on {socket.gethostname()}: {e._what}",
+        raise WorkerSetupError(f"worker on {socket.gethostname()}: {e.marked_what}",
                                "wait until the model's files are all in place on that worker") from None
     if sha256 != weights_sha256:
         raise WorkerSetupError(f"worker on {socket.gethostname()}: the weights at {enc.location.path} differ from the "
@@ -198,7 +198,7 @@ def check_worker_files(enc, client: dict, host: str) -> None:
     try:
         mine = enc.files_sha256()
     except BertfeatError as e:  # changed on this worker while it loaded them
-        raise WorkerSetupError(f"worker on {host}: {e._what}", "wait until the model's files are all in place on that "
+        raise WorkerSetupError(f"worker on {host}: {e.marked_what}", "wait until the model's files are all in place on that "
                                "worker") from None
     differ = files_differ(client, mine)
     if differ:

@@ -216,7 +216,7 @@ def check_estimate(value) -> bool | int:
         try:
             check_size(value, "estimate", 2, None)
         except BertfeatError as e:  # (--estimate-rows on the command line: left out, the default sample)
-            raise BertfeatError(e._what, "choose 2 or more (rows to measure on), or "
+            raise BertfeatError(e.marked_what, "choose 2 or more (rows to measure on), or "
                                 + either("estimate=True", "leave it out") + " for the default sample") from None
     return value
 
