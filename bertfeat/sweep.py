@@ -157,6 +157,7 @@ def _read_sample(reader, label: str | None, rows: int, seed: int, on_bad_row: st
     {"chunk": chunks.Chunk of them, "labels", "rows_read", "rows_rejected", "rows_unlabelled"}. ``refusals``: where
     the Encoder may refuse rows (long_text error ...), chunk -> {position: Reason} of those it refuses, found as the
     input is read (a sample drawn first and cut after held few rows: 1 of 3 asked, where 72 of 300 were usable)."""
+    from .pca.probe import has_label
     from .run.chunks import Chunk, Reservoir, validate_batch
     from .run.progress import NullProgress
     from .readers.rejects import bad_row_error, reject
@@ -179,7 +180,7 @@ def _read_sample(reader, label: str | None, rows: int, seed: int, on_bad_row: st
                 raise bad_row_error(reader.row_label, chunk.rejects[0], "leave it out of the sweep", no_keep=True)
             rejected += len(chunk.rejects)
         values = chunk.extra[label] if label is not None else [0] * len(chunk.rows)
-        labelled = [label is None or not (v is None or v != v or v == "") for v in values]  # None, NaN, "": no label
+        labelled = [label is None or has_label(v) for v in values]  # (pca.probe's rule: None, NaN, "")
         unlabelled += labelled.count(False)
         sample.add([(chunk.rows[i], chunk.texts[i], None if chunk.pairs is None else chunk.pairs[i],
                      None if chunk.ids is None else chunk.ids[i], v) for i, v in enumerate(values) if labelled[i]])
@@ -260,8 +261,7 @@ def sweep(input: str | os.PathLike, sets=None, *, label: str | None = None, samp
         if output is not None:  # again under the lock: another run may have written them
             _check_outputs(output, input, o.overwrite, o.model, cache)
         id_name, id_as_text = split_id_column(o.id_column)
-        reader = open_input(str(input), o.input_format, o.text_column, o.pair_column, id_name, o.encoding,
-                            delimiter=o.delimiter, keep=(label,) if label else (), label=label, id_as_text=id_as_text)
+        reader, label = _open_labelled(open_input, str(input), o, label, id_name, id_as_text)
         try:
             check_pair_column(reader, o.text_column)
             check_label_column(reader, label, o.text_column)
@@ -272,7 +272,10 @@ def sweep(input: str | os.PathLike, sets=None, *, label: str | None = None, samp
             chosen, skipped = parse_sets(sets if given else DEFAULT_SETS, enc, normalize=o.normalize, strict=given,
                                          shared=shared_options(o), **tokenization)
             tell(f"reading {reader.name} (a uniform sample of {sample:,} rows at most)")
-            drawn = _read_sample(reader, label, sample, seed, o.on_bad_row, bar, _refusals(enc, chosen[0].spec))
+            try:
+                drawn = _read_sample(reader, label, sample, seed, o.on_bad_row, bar, _refusals(enc, chosen[0].spec))
+            except BertfeatError as e:  # a label's value extract would keep with --keep LABEL:str: --label LABEL:str
+                raise e.rename({"keep": "label"})
         finally:
             close = getattr(reader, "close", None)
             if close is not None:
@@ -284,6 +287,29 @@ def sweep(input: str | os.PathLike, sets=None, *, label: str | None = None, samp
             report["files"] = {k: str(v) for k, v in sweep_paths(output).items()}
             write_sweep_report(report, output)
     return report
+
+
+def _open_labelled(open_input, path: str, o, label: str | None, id_name, id_as_text):
+    """The input with its label column -> (reader, the label's column name). A sweep has no ``keep``: its label's
+    type goes with it, ``label:str`` (the label's text, where a JSONL NaN or a number past float64 is refused as a
+    number), when the input has no column of that whole name."""
+    def opened(name, keep_as):
+        return open_input(path, o.input_format, o.text_column, o.pair_column, id_name, o.encoding,
+                          delimiter=o.delimiter, keep=(name,) if name else (), label=name, id_as_text=id_as_text,
+                          keep_as=keep_as)
+
+    try:
+        return opened(label, None), label
+    except BertfeatError as e:
+        from .readers.kept import TYPE_NAMES
+
+        base, _, typ = (label or "").rpartition(":")
+        if not (base and e.names("label") and typ.strip().lower() in TYPE_NAMES):
+            raise
+        try:
+            return opened(base, {base: typ.strip().lower()}), base
+        except BertfeatError:
+            raise e from None
 
 
 def _compare(enc, chosen: list, skipped: list, drawn: dict, reader, label: str | None, *, n_components: int,

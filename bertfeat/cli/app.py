@@ -37,7 +37,7 @@ FLAGS = {"output": "-o", "cache=False": "--no-cache"}  # (a value with a flag of
 #: a parameter whose flag depends on the command: the PCA's n_components is extract's --pca (pca fit's --n-components);
 #: info takes the model as its argument, not as --model; verify reads its input as the provenance says (no flags)
 COMMAND_FLAGS = {"extract": {"n_components": "--pca", "estimate": "--estimate-rows"},
-                 "info": {"model": "the MODEL argument"}, "sweep": {"sets": "--set"},
+                 "info": {"model": "the MODEL argument"}, "sweep": {"sets": "--set", "keep": "--label"},
                  "verify": {"text_column": "the text column", "pair_column": "the pair column",
                             "id_column": "the id column", "input_format": "the input format",
                             "delimiter": "the delimiter"}}
@@ -264,7 +264,8 @@ def verify(
 def sweep(
     input: str = typer.Argument(..., help="CSV, TSV, Parquet (file, glob or directory) or JSONL; '-' for standard input."),
     sets: Optional[list[str]] = typer.Option(None, "--set", help="A feature set to compare, repeat it: own (the model's own embedding) or POOLING[@LAYERS[@AGG]], e.g. mean, cls@-2, mean@-4:, mean@-4:@concat, pooled (default: own, mean, cls, max, pooled, mean@-2, mean@-4:, mean@-4:@concat, mean@1,-1)."),
-    label: Optional[str] = typer.Option(None, "--label", help="A column of class labels: each set's cross-validated ridge-classifier accuracy, on all features and on the first --n-components principal components."),
+    label: Optional[str] = typer.Option(None, "--label", help="A column of class labels: each set's cross-validated ridge-classifier accuracy, on all features and on the first --n-components principal components. LABEL:str reads its values as text (a JSONL NaN, a number past float64)."),
+    folds: int = typer.Option(5, "--folds", help="With --label: the probe's stratified cross-validation folds (2 or more)."),
     output: Optional[str] = typer.Option(None, "-o", "--output", help="Prefix of the report files PREFIX.json and PREFIX.md (default: INPUT.sweep beside the input)."),
     sample: int = typer.Option(5000, "--sample", help="Rows compared at most: a uniform sample of the input."),
     seed: int = typer.Option(0, "--seed", help="Seed of the sample and of the probe's folds."),
@@ -304,7 +305,7 @@ def sweep(
                                                                             highlight=False, soft_wrap=True))
     r = run_sweep(input, sets, label=label, model=model, text_column=text_column, pair_column=pair_column,
                   input_format=input_format, encoding=encoding, delimiter=delimiter, sample=sample, seed=seed,
-                  n_components=n_components, normalize=normalize, max_length=max_length, long_text=long_text, stride=stride,
+                  folds=folds, n_components=n_components, normalize=normalize, max_length=max_length, long_text=long_text, stride=stride,
                   prompt=prompt, prompt_name=prompt_name, precision=precision, threads=threads, on_bad_row=on_bad_row,
                   output=output if output is not None else default_prefix(input), overwrite=overwrite,
                   cache=False if no_cache else cache, progress=say, bar=make_progress(err_console, quiet, "sweep"))

@@ -124,6 +124,16 @@ def majority_accuracy(codes: np.ndarray, fold: np.ndarray, c: int) -> list[float
             for f in range(int(fold.max()) + 1)]
 
 
+#: a label's texts that are a NaN written out (a CSV's, a JSONL NaN kept as text: label:str), as pandas reads them
+NAN_TEXTS = ("NaN", "nan")
+
+
+def has_label(v) -> bool:
+    """Whether a row's label value names a class: not None (a null), a NaN (the float, or its text ``NaN`` / ``nan``)
+    or an empty string, the rows the probe leaves out and counts."""
+    return not (v is None or v != v or v == "" or (isinstance(v, str) and v in NAN_TEXTS))
+
+
 def _sample(sources: list, label: str, max_rows: int, seed: int) -> tuple[np.ndarray, list, int]:
     """A uniform sample of at most max_rows (X (m, d), labels) from streamed feature files, and the rows without
     a label (skipped)."""
@@ -134,7 +144,7 @@ def _sample(sources: list, label: str, max_rows: int, seed: int) -> tuple[np.nda
     unlabelled = 0
     for src, first, (ids, Xb, extras) in _chunks(sources):
         values = extras[label].to_pylist()
-        ok = np.array([v is not None and v == v and v != "" for v in values], dtype=bool)  # None, NaN, "": no label
+        ok = np.array([has_label(v) for v in values], dtype=bool)
         bad = ~np.isfinite(Xb) & ok[:, None]  # a row the probe uses: refused as the file's row (a reduced file's rows
         if bad.any():  # are used as they are, and a sample's row numbers are not the file's)
             with rows_of(src, ids, first):

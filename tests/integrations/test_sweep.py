@@ -313,6 +313,32 @@ def test_unlabelled_and_bad_rows(tmp_path):
     assert (r["rows_read"], r["rows_rejected"], r["rows_unlabelled"], r["rows"]) == (40, 1, 1, 38)
 
 
+def test_a_jsonl_nan_label_is_read_as_text_with_label_str_and_is_no_label(tmp_path, capsys):
+    """A JSONL label NaN (Python's json.dumps writes it) stopped the sweep: 'give --keep label:str to keep its text',
+    an option sweep does not have, and --label label:str was refused ('give its type in --keep'); neither led
+    anywhere but --on-bad-row skip, which counted the rows as bad. Now the fix names --label label:str, which reads
+    the label as text, and a NaN is no label there (left out, counted), as docs/cli.md says; --folds is the CLI's."""
+    from extract_util import tiny_model
+
+    path = tmp_path / "nan.jsonl"
+    path.write_text("".join(json.dumps({"text": f"sentence number {i} about topic {i % 5}",
+                                        "label": float("nan") if i % 3 == 0 else i % 2}) + "\n" for i in range(60)))
+    args = ["sweep", str(path), "--label", "label", "--set", "cls", "-m", str(tiny_model()), "-q"]
+    assert main(args) == 1
+    assert capsys.readouterr().err == (f"Error: {path} row 0: kept column 'label': NaN is not a JSON number (give "
+                                       "--label label:str to keep its text) - fix the value (the column's values are "
+                                       "of the kind its first rows hold), or pass --on-bad-row skip to leave it out "
+                                       "of the sweep\n")
+    with pytest.raises(BertfeatError, match=r"\(give label='label:str' to keep its text\)"):
+        sweep(path, ["cls"], label="label", model=tiny_model())
+    out = tmp_path / "s"
+    assert main(args[:3] + ["label:str"] + args[4:] + ["-o", str(out), "--folds", "3"]) == 0
+    r = json.loads(out.with_suffix(".json").read_text())
+    assert (r["label"], r["class_counts"], r["rows_unlabelled"], r["rows_rejected"], r["folds"]) == (
+        "label", {"0": 20, "1": 20}, 20, 0, 3)
+    assert sweep(path, ["cls"], label="label:str", model=tiny_model(), folds=3)["sets"] == r["sets"]
+
+
 def test_default_sets_skip_what_the_model_cannot_give(make_ckpt, tmp_path, small_csv):
     d = make_ckpt(hidden=64, heads=4, layers=2, pooler=False, seed=11)
     r = sweep(small_csv, model=d, sample=30)

@@ -134,6 +134,25 @@ def test_probe_file_samples_skips_unlabelled_rows_and_takes_string_labels(tmp_pa
     assert s != probe_file(pca, path, "label", max_rows=300, seed=1)
 
 
+def test_a_nan_written_as_text_is_no_label(tmp_path):
+    """A label column whose text is NaN (a CSV's NaN, a JSONL NaN kept as text) was a class of its own ('NaN': 100
+    rows, the probe's accuracy taken over it); docs/cli.md says a NaN is no label: it is left out and counted, as a
+    float NaN, a null or an empty string; the same accuracy as those rows left out of the file."""
+    X, y = blobs(1000, 2)
+    labels = ["pos" if v else "neg" for v in y]
+    for i in range(0, 1000, 10):
+        labels[i] = ("NaN", "nan", "", None)[(i // 10) % 4]
+    pca = PCA(6).fit(X.astype(np.float64))
+    pca.fingerprint_ = FP
+    r = probe_file(pca, write(tmp_path / "f.parquet", X, labels), "label")
+    assert (r["rows"], r["rows_unlabelled"]) == (900, 100) and set(r["class_counts"]) == {"neg", "pos"}
+    keep = [i for i in range(1000) if i % 10]
+    alone = probe_file(pca, write(tmp_path / "g.parquet", X[keep], [labels[i] for i in keep]), "label")
+    assert alone["accuracy"] == r["accuracy"]
+    assert probe_file(pca, write(tmp_path / "h.parquet", X, ["NA" if x is None else x for x in labels]),
+                      "label")["rows_unlabelled"] == 75  # NA is a word: a class (pandas' other NA texts too)
+
+
 def test_probe_file_takes_decimal_labels(tmp_path):
     """A Parquet decimal label column was refused as "holds Decimal values (1.10) - probe a column of class names or
     numbers": a decimal is a number; its classes are those of the same labels as integers."""
