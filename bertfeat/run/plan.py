@@ -31,10 +31,6 @@ MERGED = ("model", "max_length", "max_batch_tokens", "threads", "precision")
 
 
 # --------------------------------------------------------------------------- the output layout
-#: the suffixes of the feature outputs that share a name's PCA files (o.parquet, o.npy ...: o.pca.npz)
-OUTPUT_SUFFIXES = (".parquet", ".pq", ".npy", ".csv", ".tsv")
-
-
 def fitted_for(features: Path, model: Path) -> bool:
     """Whether the provenance of ``features`` names ``model`` (its name and sha256) as the PCA a run with pca fitted
     for it: not one it applied (``--pca-model``, ``pca transform``: the user's own, whatever its name)."""
@@ -43,7 +39,7 @@ def fitted_for(features: Path, model: Path) -> bool:
 
     try:
         entry = read_feature_metadata(features).get("pca") or {}
-    except BertfeatError:  # an output bertfeat cannot read: it names no model
+    except (BertfeatError, OSError):  # an output bertfeat cannot read: it names no model
         return False
     if not isinstance(entry, dict) or entry.get("model_file") != model.name or "model_path" in entry:
         return False
@@ -138,12 +134,12 @@ class OutputLayout:
                 return None
         except OSError:  # (a name too long to exist)
             return None
-        stem = self.features.with_suffix("")
-        for suffix in OUTPUT_SUFFIXES:
-            other = stem.with_name(stem.name + suffix)
-            if other != self.features and other.exists() and fitted_for(other, model):
-                return other
-        return None
+        stem = self.features.with_suffix("").name  # o of o.parquet, o.PARQUET, o.npy, o (no suffix): o.pca.npz
+        try:
+            others = sorted(p for p in self.features.parent.iterdir() if Path(p.name).stem == stem)
+        except OSError:
+            return None
+        return next((p for p in others if p.name != self.features.name and fitted_for(p, model)), None)
 
     def outputs(self) -> list[tuple[str, Path]]:
         """(label, path) of every file the finished run may leave, for the overwrite and input-protection rules."""
@@ -462,7 +458,7 @@ def _output_layout(input: str, output, fmt: str, engine: str, want_pca: bool, re
     # a run writing this output is named first (its partial dir is live)
     with output_lock(*layout.locked(), create=False, prefixes=layout.locked_prefixes()) if writes else \
             contextlib.nullcontext():
-        check_layout(layout, reader, input, overwrite, resume, pca_model)
+        check_layout(layout, reader, input, overwrite, resume, pca_model, writes=writes)
     return layout
 
 
@@ -684,7 +680,8 @@ def check_cache_apart(cache: Path | None, layout: OutputLayout, model: str | Non
                                 f"give {opt('cache')} a directory of its own, e.g. {opt('cache', 'bertfeat-cache')}")
 
 
-def check_layout(layout: OutputLayout, reader, input: str, overwrite: bool, resume: bool, pca_model: Path | None = None) -> None:
+def check_layout(layout: OutputLayout, reader, input: str, overwrite: bool, resume: bool, pca_model: Path | None = None,
+                 writes: bool = True) -> None:
     """The output rules, before anything is written: the output is not a directory (the Dask engine: a directory
     holding nothing but the parts and provenance bertfeat wrote there), no side file is a directory, no output, side
     file or the partial directory is an input, an existing output needs ``overwrite``, and a partial run left by an
@@ -727,8 +724,8 @@ def check_layout(layout: OutputLayout, reader, input: str, overwrite: bool, resu
         interrupted = partial.is_dir() and any(not browser_file(q) for q in partial.iterdir())
     if interrupted and not (resume or overwrite):
         raise partial_run_error(partial, stdin=input == "-")
-    owner = layout.pca_owner()  # even with overwrite, which replaces this output's files, not another's
-    if owner is not None:
+    owner = layout.pca_owner() if writes else None  # even with overwrite (this output's files, not another's); an
+    if owner is not None:                               # estimate writes nothing
         raise OutputError(f"the PCA model {layout.pca_model} is the one fitted for {owner}, another output of this "
                           f"name (they share {layout.pca_prefix.name}.*): this run would replace it and its report",
                           f"pass {opt('output')} with another name, or remove {owner} and its PCA files first")

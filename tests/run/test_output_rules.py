@@ -4,6 +4,7 @@ anything is written, with advice that helps (not "rerun with --resume", which wo
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 
@@ -823,6 +824,10 @@ def test_a_pca_run_never_replaces_the_pca_fitted_for_another_output_of_its_name(
     with pytest.raises(OutputError) as e:
         bertfeat.extract(src, tmp_path / "o.csv", model=tiny_model(), pca=3, overwrite=True)
     assert e.value.message == said[len("Error: "):-1].replace("-o with", "output with")
+    # an estimate writes nothing: the rule is no obstacle to it (a review of the rule found it refused)
+    rc, out, err = run(capsys, "extract", src, "-o", tmp_path / "o.npy", "--model", tiny_model(), "--pca", "3",
+                       "--estimate", "--estimate-rows", "5")
+    assert rc == 0 and digests() == before, err
     assert run(capsys, "verify", first, "-q")[0] == 0
     assert run(capsys, "extract", src, "-o", tmp_path / "p.npy", "--model", tiny_model(), "--pca", "3", "-q")[0] == 0
     first.unlink()
@@ -848,3 +853,22 @@ def test_a_wrong_word_is_said_before_an_existing_output(tmp_path, src, capsys, f
     for more in ([], ["--overwrite"]):
         assert run(capsys, "extract", src, "-o", out, "--model", tiny_model(), *flags, *more) == (1, "", said)
     assert out.read_bytes() == before
+
+
+@pytest.mark.parametrize("first, second", [("o.PARQUET", "o.npy"), ("o", "o.parquet"), ("o.parquet", "o"),
+                                           ("o.csv", "o.pq")])
+def test_the_pca_owner_is_found_whatever_its_suffix(tmp_path, src, capsys, first, second):
+    """o.PARQUET's model (or an output without a suffix: o's) was replaced by -o o.npy --pca 3 --overwrite: the
+    owner was looked for under five lowercase suffixes only. Any output of the stem is its owner."""
+    import hashlib
+
+    assert run(capsys, "extract", src, "-o", tmp_path / first, "--model", tiny_model(), "--pca", "2", "--format",
+               "csv" if first.endswith(".csv") else "parquet", "-q")[0] == 0
+    model = tmp_path / "o.pca.npz"
+    before = hashlib.sha256(model.read_bytes()).hexdigest()
+    fmt = {".npy": "npy", ".csv": "csv"}.get(Path(second).suffix, "parquet")
+    rc, out, err = run(capsys, "extract", src, "-o", tmp_path / second, "--model", tiny_model(), "--pca", "3",
+                       "--format", fmt, "--overwrite")
+    assert rc == 1 and err.startswith(f"Error: the PCA model {model} is the one fitted for {tmp_path / first}, "), err
+    assert hashlib.sha256(model.read_bytes()).hexdigest() == before
+
