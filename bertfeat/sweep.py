@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import BertfeatError, opt
+from .errors import BertfeatError, opt, opt_word
 
 __all__ = ["DEFAULT_SETS", "DEFAULT_SAMPLE", "DEFAULT_N_COMPONENTS", "SWEEP_OPTIONS", "FeatureSet", "parse_sets",
            "sweep", "default_prefix", "sweep_paths", "write_sweep_report", "render_markdown", "rows_said", "pcs_said"]
@@ -78,6 +78,38 @@ def shared_options(o) -> str:
     return " ".join(parts)
 
 
+def set_parts(name: str) -> tuple[str | None, str | None, str]:
+    """A set's name -> (pooling, layers, layer_agg) as Encoder.spec takes them (own: None, None, mean)."""
+    parts = name.split("@")
+    own = name == "own"
+    if parts[0].strip() == "own" and not own:  # read as POOLING own, it was said an unknown --pooling
+        raise BertfeatError(f"feature set {name!r}: own (the model's own embedding) takes no @LAYERS",
+                            "give own, or POOLING@LAYERS such as mean@-2")
+    if not own and (len(parts) > 3 or not all(p.strip() for p in parts)):
+        raise BertfeatError(f"the feature set {name!r} is not POOLING[@LAYERS[@AGG]] or own",
+                            "write it as e.g. mean, cls@-2, mean@-4: or mean@-4:@concat")
+    pooling = None if own else parts[0].strip()
+    layers = None if own or len(parts) < 2 else parts[1].strip()
+    agg = "mean" if own or len(parts) < 3 else parts[2].strip()
+    return pooling, layers, agg
+
+
+def check_set_words(sets: list[str] | None, long_text) -> None:
+    """The words of the sets given and of ``long_text`` that the model does not decide (model.spec.check_spec_words),
+    before the report's outputs are checked: 'already exists - pass --overwrite' came first, then 'unknown'."""
+    from .model.spec import check_spec_words
+
+    check_spec_words(None, "mean", long_text)
+    for text in sets or ():
+        name = str(text).strip()
+        if name:
+            pooling, _, agg = set_parts(name)
+            try:
+                check_spec_words(pooling, agg, long_text)
+            except BertfeatError as e:
+                raise e.prefixed(f"feature set {name!r}") from None
+
+
 def parse_sets(texts, enc, *, normalize: bool | None = None, strict: bool = True, shared: str = "",
                **tokenization) -> tuple[list, list]:
     """The set names -> ([FeatureSet], [{"name", "why"}] skipped). ``tokenization``: max_length, long_text, stride,
@@ -97,17 +129,8 @@ def parse_sets(texts, enc, *, normalize: bool | None = None, strict: bool = True
         if name in seen:
             raise BertfeatError(f"the feature set {name!r} was given twice", "name each set once")
         seen.add(name)
-        parts = name.split("@")
+        pooling, layers, agg = set_parts(name)
         own = name == "own"
-        if parts[0].strip() == "own" and not own:  # read as POOLING own, it was said an unknown --pooling
-            raise BertfeatError(f"feature set {name!r}: own (the model's own embedding) takes no @LAYERS",
-                                "give own, or POOLING@LAYERS such as mean@-2")
-        if not own and (len(parts) > 3 or not all(p.strip() for p in parts)):
-            raise BertfeatError(f"the feature set {name!r} is not POOLING[@LAYERS[@AGG]] or own",
-                                "write it as e.g. mean, cls@-2, mean@-4: or mean@-4:@concat")
-        pooling = None if own else parts[0].strip()
-        layers = None if own or len(parts) < 2 else parts[1].strip()
-        agg = "mean" if own or len(parts) < 3 else parts[2].strip()
         try:
             spec = enc.spec(pooling, layers, agg, normalize, **tokenization)
         except BertfeatError as e:
@@ -255,6 +278,7 @@ def sweep(input: str | os.PathLike, sets=None, *, label: str | None = None, samp
         raise BertfeatError(f"{opt('on_bad_row', o.on_bad_row)} is not error or skip",
                             f"choose {opt('on_bad_row', 'error')} or {opt('on_bad_row', 'skip')}")
     tell = progress or (lambda what: None)
+    check_set_words(sets, o.long_text)  # (before "already exists")
     if output is not None:  # before any work (and before the lock makes the output's folder)
         _check_outputs(output, input, o.overwrite, o.model, cache)
     with output_lock(Path(output)) if output is not None else contextlib.nullcontext():
@@ -546,7 +570,7 @@ def default_prefix(input_path: str) -> Path:
     from .readers import is_url
 
     if is_url(input_path):  # no "beside the input" for a URL (as extract)
-        raise BertfeatError(f"a URL input needs {opt('output')} PREFIX", f"give the report prefix, e.g. {opt('output', 'sweep')}")
+        raise BertfeatError(f"a URL input needs {opt_word('output', 'PREFIX')}", f"give the report prefix, e.g. {opt('output', 'sweep')}")
     if input_path == "-":  # nothing to be beside: sweep's own fix, not extract's (a features file)
         raise BertfeatError(f"reading standard input needs {opt('output', 'PREFIX')}",
                             f"add {opt('output', 'sweep')} (the report is written as sweep.json and sweep.md)")

@@ -185,10 +185,19 @@ def file_states(root: Path, rels: list[str]) -> dict[str, tuple]:
     return {rel: file_state(Path(root) / rel) for rel in rels}
 
 
+def _cache_named() -> tuple[str, Path] | None:
+    """The environment variable that names the hub cache huggingface_hub uses, and that folder; None: none is set."""
+    for var, sub in (("HF_HUB_CACHE", ()), ("HUGGINGFACE_HUB_CACHE", ()), ("HF_HOME", ("hub",)),
+                     ("XDG_CACHE_HOME", ("huggingface", "hub"))):
+        if os.environ.get(var):
+            return var, Path(os.environ[var], *sub)
+    return None
+
+
 def hf_cache_dirs() -> list[Path]:
-    """The Hugging Face hub cache folders to search: the one huggingface_hub uses first (HF_HUB_CACHE, else
-    HF_HOME/hub, else ~/.cache/huggingface/hub), then the others an environment names (a model found there is found,
-    where huggingface_hub would look in its one folder only)."""
+    """The Hugging Face hub cache folders to search: the one huggingface_hub uses (HF_HUB_CACHE, else
+    HUGGINGFACE_HUB_CACHE, else HF_HOME/hub, else XDG_CACHE_HOME/huggingface/hub, else ~/.cache/huggingface/hub),
+    then the others these variables name (a model found there is found, where huggingface_hub looks in its one)."""
     dirs = []
     if os.environ.get("HF_HUB_CACHE"):
         dirs.append(Path(os.environ["HF_HUB_CACHE"]))
@@ -341,8 +350,8 @@ def resolve_model(name: str | os.PathLike | None = None) -> ModelLocation:
     elif looks_like_path:
         fix = "check the path; a model directory holds config.json, model.safetensors and tokenizer.json or vocab.txt"
     else:
-        given = os.environ.get("HF_HUB_CACHE")  # set: the folder to copy into is that one, named
-        where = (f"its hub cache to {given} (HF_HUB_CACHE) on this machine" if given
+        named = _cache_named()  # a variable set: the folder to copy into is the one it names
+        where = (f"its hub cache to {named[1]} ({named[0]}) on this machine" if named
                  else "~/.cache/huggingface/hub to this machine (or set HF_HUB_CACHE)")
         fix = (f"run `hf download {shlex.quote(canonical)}` on a machine with internet access and copy {where}, or pass "
                f"{opt('model', '/path/to/local/dir')}")

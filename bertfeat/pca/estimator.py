@@ -733,6 +733,7 @@ class PCA(Estimator):
                                 f"fit's components, which kept {r.n_components} (n_components was set after the fit)", "fit it again with this n_components, or set n_components back to the value "
                                 "it was fitted with")
         fp = dict(fingerprint) if fingerprint is not None else self.__dict__.get("fingerprint_")
+        include_stats = check_switch(include_stats, "include_stats")  # ('no' is truthy: it stored them)
         if include_stats and self._stats is None:
             raise BertfeatError(f"this PCA has no statistics to save (fitted in one pass with solver={r.solver!r}"
                                 + (", or loaded without them)" if "source_path_" in self.__dict__ else ")"),

@@ -115,7 +115,7 @@ def params_from_file(stored: Mapping[str, Any]) -> dict[str, Any]:
     return params
 
 
-def save_model(path: str | os.PathLike, model: SavedModel, *, overwrite: bool) -> Path:
+def save_model(path: str | os.PathLike, model: SavedModel, *, overwrite: bool = False) -> Path:
     """Write ``model`` to ``path`` (.npz, no pickle) atomically, creating its folder; returns the path. ``path`` as the
     command line takes it (checks.local_path): a ``~`` no shell expanded or a URL is refused, not made a folder ``~``;
     so is another format's extension, and an existing file unless ``overwrite``."""

@@ -108,7 +108,7 @@ def check_dtype(value) -> str:
 
 def parse_pca(value) -> int | float | str | None:
     """``pca``: None (no PCA), a count, a variance fraction, or ALL_COMPONENTS (the parser of ``pca fit -n``)."""
-    if isinstance(value, bool) or (type(value).__module__, type(value).__name__) == ("numpy", "bool"):
+    if isinstance(value, bool) or (type(value).__module__, type(value).__name__) in (("numpy", "bool"), ("numpy", "bool_")):
         value = bool(value)  # np.True_ was read as its text: pca='True' is not a number
         raise BertfeatError(f"{opt('pca', value)} is not a size", "give a number of components (64) or a variance fraction (0.95)")
     if value is None:

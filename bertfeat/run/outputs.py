@@ -15,7 +15,7 @@ import re
 from pathlib import Path
 from typing import Iterable, Mapping
 
-from ..errors import OutputError, opt
+from ..errors import OutputError, opt, opt_word
 
 
 def _same_file(a: Path, b: Path) -> bool:
@@ -332,7 +332,7 @@ def check_dataset_directory(out: Path) -> None:
         return
     entries = sorted(p for p in out.iterdir() if not browser_file(p))
     if entries and not (out / DIRECTORY_PROVENANCE).is_file():
-        raise OutputError(f"{out} is a directory that bertfeat did not write", f"choose another {opt('output')} OUTPUT")
+        raise OutputError(f"{out} is a directory that bertfeat did not write", f"choose another {opt_word('output', 'OUTPUT')}")
     n = _partitions(out)
     foreign = [p.name + ("/" if p.is_dir() and not p.is_symlink() else "") for p in entries if not _ours_in_dataset(p, n)]
     if foreign:

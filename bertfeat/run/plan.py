@@ -432,7 +432,7 @@ def _check_input(o: ExtractOptions, fmt: str) -> str:
     if input == "-" and o.output is None:
         default_output(input, fmt)  # raises: standard input needs an output
     if is_url(input) and o.output is None:  # no "beside the input" for a URL
-        raise BertfeatError(f"a URL input needs {opt('output')} OUTPUT",
+        raise BertfeatError(f"a URL input needs {opt_word('output', 'OUTPUT')}",
                             "give the output path (with the Dask engine, a directory every worker can write)")
     return input
 

@@ -774,8 +774,9 @@ def test_rows_the_model_refuses_are_left_out_before_the_sample_is_drawn(small_cs
 # "best on the first 5000 PCs", "best on the first 5000 principal components" and the JSON's n_components 5000, where
 # each set's probe.components was 40 (only the Markdown's cells said it); the default -n 64 did the same.
 def _says_number(n, text):
-    """Whether `text` shows `n` as a number of its own: not inside the model's hex fingerprint or a percentage."""
-    return re.search(rf"(?<!\w)(?<!\d\.){n}(?!\w|\.\d)", text) is not None
+    """Whether `text` shows `n` as a number of its own: not inside the model's hex fingerprint, a percentage or a path
+    (pytest's /tmp/pytest-of-root/pytest-64/: the base folder's number grows run by run)."""
+    return re.search(rf"(?<![\w/-])(?<!\d\.){n}(?![\w/-]|\.\d)", text) is not None
 
 
 def test_the_probe_on_fewer_components_than_asked_says_the_number_used(tmp_path, small_csv, capsys):
@@ -825,3 +826,25 @@ def test_sets_probed_on_different_numbers_of_components_say_each(tmp_path, small
     assert f"{100 * r['sets'][1]['probe']['accuracy_pca']:.2f} (50)" in table
     assert f"best on the first 32-50 principal components: {r['best']}," in err
     assert "| probe on 32-50 PCs % |" in (tmp_path / "s.md").read_text()
+
+
+@pytest.mark.parametrize("flags, said", [
+    (["--set", "bogus"], "feature set 'bogus': unknown --pooling 'bogus' - choose one of pooled, cls, max, mean, "
+                         "mean_sqrt_len_tokens, weightedmean, lasttoken, or token poolings joined with '+' such as "
+                         "mean+max"),
+    (["--set", "mean@-1@bogus"], "feature set 'mean@-1@bogus': unknown --layer-agg 'bogus' - choose one of mean, concat"),
+    (["--set", "mean", "--long-text", "bogus"], "unknown --long-text 'bogus' - choose one of truncate, chunk-mean, "
+                                                "chunk-max, error"),
+])
+def test_a_wrong_word_is_said_before_the_reports_that_exist(tmp_path, small_csv, capsys, flags, said):
+    """Over an existing report, --set bogus said 'sw.json already exists - pass --overwrite', and doing so then said
+    the pooling is unknown: the words the model does not decide are checked first, as extract's."""
+    from extract_util import tiny_model
+
+    base = ["sweep", str(small_csv), "-o", str(tmp_path / "sw"), "-m", str(tiny_model()), "-q", "--no-cache",
+            "--sample", "20"]
+    assert main(base + ["--set", "mean"]) == 0
+    capsys.readouterr()
+    for more in ([], ["--overwrite"]):
+        assert main(base + flags + more) == 1
+        assert capsys.readouterr() == ("", f"Error: {said}\n")

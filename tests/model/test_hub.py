@@ -90,13 +90,22 @@ def test_missing_hub_model_lists_every_place_and_the_download_command(empty_cach
                            "model='/path/to/local/dir'")
 
 
-def test_missing_hub_model_without_hf_hub_cache_says_where_to_copy(empty_caches, no_network, monkeypatch):
+def test_missing_hub_model_without_hf_hub_cache_says_where_to_copy(empty_caches, no_network, monkeypatch, tmp_path):
+    """The folder to copy the cache into is the one huggingface_hub reads: the first variable set names it (with
+    XDG_CACHE_HOME alone it said ~/.cache/huggingface/hub, where nothing is looked for then)."""
+    start = "run `hf download google-bert/bert-base-chinese` on a machine with internet access and copy "
+    end = ", or pass model='/path/to/local/dir'"
     monkeypatch.delenv("HF_HUB_CACHE")
+    for var, folder in (("HF_HOME", empty_caches["HF_HOME"] / "hub"),
+                        ("XDG_CACHE_HOME", empty_caches["XDG_CACHE_HOME"] / "huggingface" / "hub")):
+        with pytest.raises(ModelNotFoundError) as e:
+            resolve_model("bert-base-chinese")
+        assert e.value.fix == f"{start}its hub cache to {folder} ({var}) on this machine{end}"
+        monkeypatch.delenv(var)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
     with pytest.raises(ModelNotFoundError) as e:
         resolve_model("bert-base-chinese")
-    assert e.value.fix == ("run `hf download google-bert/bert-base-chinese` on a machine with internet access and copy "
-                           "~/.cache/huggingface/hub to this machine (or set HF_HUB_CACHE), or pass "
-                           "model='/path/to/local/dir'")
+    assert e.value.fix == f"{start}~/.cache/huggingface/hub to this machine (or set HF_HUB_CACHE){end}"
 
 
 def test_missing_org_model_and_missing_path(empty_caches):

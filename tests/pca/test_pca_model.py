@@ -304,3 +304,18 @@ def test_save_refuses_an_existing_file_and_another_formats_name(tmp_path):
     link.symlink_to(tmp_path / "nowhere.npz")  # a link leading nowhere is a file name in use too
     with pytest.raises(BertfeatError, match="exists - pass overwrite=True"):
         pca.save(link)
+
+
+def test_save_takes_its_switches_as_switches(tmp_path):
+    """PCA.save(p, include_stats='no') stored the statistics ('no' is truthy); a string is refused, 1 / 0 taken as
+    extract's switches take them."""
+    pca = bertfeat.PCA(2, solver="covariance").fit(np.random.default_rng(0).normal(size=(20, 4)))
+    with pytest.raises(BertfeatError, match="^include_stats='no' is not True or False"):
+        pca.save(tmp_path / "a.npz", include_stats="no")
+    assert not (tmp_path / "a.npz").exists()
+    pca.save(tmp_path / "b.npz", include_stats=0)
+    pca.save(tmp_path / "c.npz", include_stats=1)
+    import zipfile
+
+    names = [set(zipfile.ZipFile(tmp_path / f).namelist()) for f in ("b.npz", "c.npz")]
+    assert names[1] - names[0], names  # the statistics' arrays, in c.npz only

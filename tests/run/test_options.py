@@ -76,7 +76,7 @@ def test_sweep_and_text_features_take_the_options_by_their_declared_names():
 
     assert set(SWEEP_OPTIONS) <= set(OPTIONS)
     sweep_flags = {p.name for p in typer.main.get_command(cli.app).commands["sweep"].params}
-    own = {"input", "sets", "label", "output", "sample", "seed", "n_components", "no_cache", "quiet"}
+    own = {"input", "sets", "label", "output", "sample", "seed", "n_components", "folds", "no_cache", "quiet"}
     assert sweep_flags - own <= set(SWEEP_OPTIONS)
     for bad in ("pca", "batch"):  # an extract option a sweep does not take, or none at all: Python's TypeError
         with pytest.raises(TypeError, match=f"sweep\\(\\) got an unexpected keyword argument '{bad}'"):

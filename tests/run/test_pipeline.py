@@ -189,7 +189,7 @@ def test_a_url_input_reads_through_fsspec_and_needs_an_output(tmp_path, capsys):
     assert ta.column("embedding").equals(tb.column("embedding")) and ta.column("row").equals(tb.column("row"))
     with pytest.raises(BertfeatError) as e:
         bertfeat.extract(f"file://{src}")
-    assert e.value.message.startswith("a URL input needs output OUTPUT - give the output path")
+    assert e.value.message.startswith("a URL input needs output=OUTPUT - give the output path")
     assert main(["extract", f"file://{src}"]) == 1
     assert capsys.readouterr().err.startswith("Error: a URL input needs -o OUTPUT - give the output path")
 
