@@ -614,14 +614,13 @@ def _pct(x: float) -> str:
     return f"{100 * x:.2f}"
 
 
-def _md(text, cell: bool = False) -> str:
-    """A name or value of the user's in the Markdown report: its control characters escaped (a file name holding ESC
-    or a line feed drove the terminal of whoever ran `cat` on it, or broke the heading), and in a table cell its '|'
-    too (GitHub's tables split a cell at one, inside a code span as well)."""
-    from .errors import visible
+def _md(text, cell: bool = False, code: bool = False) -> str:
+    """A name or value of the user's in the Markdown report (pca.report.md_text: control characters escaped, so a
+    file name holding ESC or a line feed neither drives a terminal nor breaks the heading; Markdown's own characters
+    escaped; in a table cell '|' too, which GitHub's tables split a cell at)."""
+    from .pca.report import md_text
 
-    text = visible(str(text))
-    return text.replace("|", "\\|") if cell else text
+    return md_text(text, cell, code)
 
 
 def render_markdown(report: dict) -> str:
@@ -630,7 +629,7 @@ def render_markdown(report: dict) -> str:
     lines = [f"# Feature sets of {_md(report['input'])}", "",
              f"Model {_md(report['model'])} ({report['precision']}, max length {report['max_length']}); "
              f"{_md(rows_said(report))}"
-             + (f"; label `{_md(report['label'])}`: {report['classes']} classes, {report['folds']}-fold ridge probe, "
+             + (f"; label `{_md(report['label'], code=True)}`: {report['classes']} classes, {report['folds']}-fold ridge probe, "
                 f"majority class {_pct(report['majority_baseline'])} %" if probe else "") + ".", ""]
     counts = report.get("class_counts") or {}
     if 0 < len(counts) <= 20:  # which classes: a label " " or "a " beside "a" is a class of its own
@@ -644,7 +643,7 @@ def render_markdown(report: dict) -> str:
         t = {x["fraction"]: x["components"] for x in e["thresholds"]}
         mle = e["suggestions"]["mle"]["components"]
         row = [_md(e["name"], cell=True) + (" **best**" if report.get("best") == e["name"] else ""),
-               f"`{_md(e['options'], cell=True)}`" if e["options"] else "(none: the model's own embedding)", str(e["dim"]),
+               f"`{_md(e['options'], cell=True, code=True)}`" if e["options"] else "(none: the model's own embedding)", str(e["dim"]),
                str(t.get(0.9, "-")), str(t.get(0.95, "-")), "-" if mle is None else str(mle)]
         if probe:
             p = e["probe"]

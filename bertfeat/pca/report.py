@@ -148,9 +148,23 @@ def _first(k: int) -> str:
     return "first component" if k == 1 else f"first {k} components"
 
 
-def _md(text: Any) -> str:
-    """Text for a Markdown table cell or heading: a newline would end the row, '|' split it, '<' open raw HTML."""
-    return " ".join(str(text).splitlines()).replace("|", r"\|").replace("<", r"\<")
+#: the characters of a user's text that Markdown would read as its own (emphasis, code, links, raw HTML)
+MD_SPECIAL = str.maketrans({c: "\\" + c for c in "\\`*[]<>"})
+
+
+def md_text(text: Any, cell: bool = True, code: bool = False) -> str:
+    """A user's text (a file name, a label, a class) in the Markdown report, shown as written: its control characters
+    escaped (errors.visible: a newline would end the row), Markdown's own characters too (``*b*`` was shown as an
+    italic b, ``<c>`` vanished as an HTML tag), but not in a code span (``code``: there a backslash shows), and in a
+    table cell '|', which splits it (GitHub's tables, in a code span as well)."""
+    from ..errors import visible
+
+    text = visible(str(text))
+    text = text if code else text.translate(MD_SPECIAL)
+    return text.replace("|", "\\|") if cell else text
+
+
+_md = md_text
 
 
 def _json_default(o: Any) -> Any:

@@ -705,7 +705,8 @@ def test_the_markdown_report_escapes_control_characters_and_pipes(tmp_path, caps
     assert main(["sweep", str(path), "--set", "own", "--set", "cls", "--prompt", "query | x: ", "-m", str(tiny_model()),
                  "-o", str(tmp_path / "s"), "-q"]) == 0
     md = (tmp_path / "s.md").read_text(encoding="utf-8")
-    assert md.startswith(f"# Feature sets of {tmp_path}/we\\nird\\x1b[2J\\u202e/l.csv\n\n")
+    # shown as written, escaped as Markdown reads it (a backslash, a '[')
+    assert md.startswith(f"# Feature sets of {tmp_path}/we\\\\nird\\\\x1b\\[2J\\\\u202e/l.csv\n\n")
     assert not any(c in md for c in "\x1b\u202e\r") and md.count("\n#") == 0
     table = [line for line in md.splitlines() if line.startswith("| ")]
     assert len(table) == 3 and all(len(re.findall(r"(?<!\\)\|", line)) == 7 for line in table)  # 6 cells each
@@ -848,3 +849,21 @@ def test_a_wrong_word_is_said_before_the_reports_that_exist(tmp_path, small_csv,
     for more in ([], ["--overwrite"]):
         assert main(base + flags + more) == 1
         assert capsys.readouterr() == ("", f"Error: {said}\n")
+
+
+def test_class_names_read_as_written_in_the_markdown_report(tmp_path):
+    """Labels *b* and <c> were written raw into the report: Markdown showed an italic b and dropped <c> as an HTML
+    tag. Markdown's own characters are escaped (outside code spans, where a backslash would show)."""
+    from extract_util import tiny_model
+
+    path = tmp_path / "odd.csv"
+    rows = rows_of(SAMPLE)[:60]
+    for i, r in enumerate(rows):
+        r["label"] = ("*b*", "<c>", "a_1")[i % 3]
+    with open(path, "w", newline="", encoding="utf-8") as fh:
+        w = csv.DictWriter(fh, ["id", "label", "text"])
+        w.writeheader()
+        w.writerows(rows)
+    sweep(path, ["cls"], label="label", model=tiny_model(), output=tmp_path / "r", cache=False)
+    md = (tmp_path / "r.md").read_text()
+    assert "Classes (rows): \\*b\\* 20, \\<c\\> 20, a_1 20." in md and "label `label`" in md

@@ -252,6 +252,6 @@ def test_markdown_escapes_what_would_break_a_row_or_open_html(tmp_path, fitted):
     report["probe"] = {"label": "label|x\n<script>alert(1)</script>", "skipped": "one class"}
     md = render_markdown(report, "my report (v1).png")
     assert "![Scree plot and cumulative explained variance](my%20report%20%28v1%29.png)" in md
-    assert "| features | a\\|b c.parquet |" in md
-    assert "## Linear probe: label\\|x \\<script>alert(1)\\</script>" in md
+    assert "| features | a\\|b\\\\nc.parquet |" in md  # the newline shown as \n (its backslash escaped)
+    assert "## Linear probe: label\\|x\\\\n\\<script\\>alert(1)\\</script\\>" in md
     assert "<script>" not in md.replace("\\<script>", "")
