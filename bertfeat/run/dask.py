@@ -95,7 +95,7 @@ from .dask_cluster import (
     task_threads,
     worker_threads,
 )
-from ..errors import BertfeatError, BertfeatWarning, ResumableError, opt, render
+from ..errors import BertfeatError, BertfeatWarning, ResumableError, one_line, opt, render
 from .failures import Failure, handle, kept_for_limit, kind_of
 from ..features.parquet import pages_damaged
 from ..features.reader import DIRECTORY_PROVENANCE, PART_GLOB, part_name
@@ -534,10 +534,15 @@ class DaskRun:
             remove_stale_temps(path, DIRECTORY_PROVENANCE if path == self.out else None)  # directories set aside
         if self.run_store is not None:  # made here, once, before the tasks open it together
             open_cache(self.run_store).close()
-        client.register_plugin(EncoderPlugin(self.encoder.location, plan.options.model, self.encoder_kwargs,
-                                             self.encoder.weights_sha256, self.threads, worker_identity(self.encoder),
-                                             self.encoder.files_sha256()),
-                               name=EncoderPlugin.name)
+        plugin = EncoderPlugin(self.encoder.location, plan.options.model, self.encoder_kwargs,
+                               self.encoder.weights_sha256, self.threads, worker_identity(self.encoder),
+                               self.encoder.files_sha256())
+        try:
+            client.register_plugin(plugin, name=EncoderPlugin.name)
+        except OSError as e:  # distributed's CommClosedError is one: it was said a disk error of OUTPUT.partial
+            raise ClusterError(f"a Dask worker was lost while the model was loaded on the workers ({one_line(e)}): "
+                               "killed, or out of memory", "give the workers more memory (fewer threads or workers "
+                               f"per machine), then rerun (with {opt('resume', True)} if partitions had finished)") from None
         if counts is None:  # pass 0: rows per partition (Parquet: from the footers)
             counts = [p.n_rows for p in parts]
             todo = [p for p in parts if p.n_rows is None]

@@ -119,9 +119,10 @@ def open_client(dask, scripted: bool = False):
                 raise
             from .options import MAIN_GUARD_FIX
 
-            fix = "see the workers' error above (a memory limit, a package the workers cannot import ...)"
+            fix = ("see the workers' error above, if one printed it (a memory limit, a package the workers cannot "
+                   "import ...); none: a worker process was killed as it started (out of memory?)")
             raise BertfeatError(f"the local Dask cluster's worker processes failed to start ({str(e).rstrip('.')}; "
-                                "their own error is printed above)",
+                                "a worker's own error, if it printed one, is above)",
                                 f"from a Python script, {MAIN_GUARD_FIX}; else {fix}" if scripted else fix) from None
     try:
         return Client(cluster), cluster

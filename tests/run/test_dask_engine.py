@@ -1723,9 +1723,10 @@ def test_a_script_without_a_main_guard_is_told_to_add_one(tmp_path):
     assert ("BertfeatError: bertfeat.extract was called as a new process imported the script that runs it (a local "
             f"Dask cluster's worker, a multiprocessing process) - {guard}") in p.stderr
     assert p.stderr.rstrip().endswith(
-        "BertfeatError: the local Dask cluster's worker processes failed to start (Nanny failed to start; their own "
-        f"error is printed above) - from a Python script, {guard}; else see the workers' error above (a memory limit, a "
-        "package the workers cannot import ...)"), p.stderr[-2000:]
+        "BertfeatError: the local Dask cluster's worker processes failed to start (Nanny failed to start; a worker's "
+        f"own error, if it printed one, is above) - from a Python script, {guard}; else see the workers' error above, "
+        "if one printed it (a memory limit, a package the workers cannot import ...); none: a worker process was "
+        "killed as it started (out of memory?)"), p.stderr[-2000:]
     assert not (tmp_path / "o.parquet").exists() and not list(tmp_path.glob("o.parquet.*"))
     script.write_text(script.read_text().replace("import bertfeat\n", "import bertfeat\nif __name__ == '__main__':\n    "))
     p = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300, cwd=tmp_path)
@@ -1891,3 +1892,32 @@ def test_max_bad_rows_on_an_own_cluster_names_the_partitions_it_kept(tmp_path, r
     assert said, p.stderr
     parts = sorted(Path(said.group(2)).glob("part-*.parquet"))
     assert int(said.group(1)) == len(parts) > 0
+
+
+def test_a_worker_lost_as_the_model_loads_is_a_cluster_failure(tmp_path, client, data, monkeypatch):
+    """A worker killed while the model was registered on the workers (its plugin: an out-of-memory kill as a large
+    model loads) raised distributed's CommClosedError, an OSError: the run said 'OUTPUT.partial: ... Stream is closed -
+    check the path, its permissions and the free disk space' and kept the partial directory, which then refused the
+    plain rerun. It is the cluster's failure now: said so, nothing kept, and the plain rerun runs."""
+    from distributed import Client
+    from distributed.comm.core import CommClosedError
+
+    from bertfeat.run.dask_cluster import ClusterError
+    from extract_util import tiny_model
+
+    def lost(self, *args, **kwargs):
+        raise CommClosedError("in <TCP (closed) ConnectionPool.register_worker_plugin>: Stream is closed")
+
+    out = tmp_path / "o.parquet"
+    with monkeypatch.context() as m:
+        m.setattr(Client, "register_plugin", lost)
+        with pytest.raises(ClusterError) as e:
+            bertfeat.extract(str(data), out, model=tiny_model(), engine="dask", client=client)
+    assert e.value.message == (
+        "a Dask worker was lost while the model was loaded on the workers (in <TCP (closed) ConnectionPool."
+        "register_worker_plugin>: Stream is closed): killed, or out of memory - give the workers more memory (fewer "
+        "threads or workers per machine), then rerun (with resume=True if partitions had finished)")
+    assert not out.exists() and not list(tmp_path.glob("o.parquet.*"))
+    s = bertfeat.extract(str(data), out, model=tiny_model(), engine="dask", client=client)
+    assert s.rows_written == N_ROWS
+
