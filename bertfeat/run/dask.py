@@ -126,6 +126,20 @@ RUN_STORE = RUN_STORE_DIR  # the run's duplicates store without a cache (workers
 INSTALL_HINT = 'pip install "bertfeat[dask]"'
 
 
+#: a cut into more partitions than this, by a --blocksize under SMALL_BLOCKSIZE, is refused (docs/dask.md's floor)
+MAX_SMALL_PARTITIONS, SMALL_BLOCKSIZE = 10_000, 64 * 1024
+
+
+def check_partition_count(n: int, blocksize: int | None) -> None:
+    """Refuse a --blocksize far under the floor docs/dask.md advises that cuts the input into more partitions than
+    any run needs: --blocksize 1 cut a 174 KB CSV into 174,710, whose row count alone ran for minutes (each costs a
+    task and a part file, ~75 ms). A large input at a usual blocksize is never refused."""
+    if blocksize is not None and blocksize < SMALL_BLOCKSIZE and n > MAX_SMALL_PARTITIONS:
+        raise BertfeatError(f"{opt('blocksize', blocksize)} cuts the input into {n:,} partitions, each a task and a part "
+                            "file (~75 ms of a worker's time whatever its size)",
+                            f"give {opt('blocksize', '64KiB')} or more (the default, 8MiB, suits most inputs)")
+
+
 def require_dask():
     """Raise the install hint when Dask's distributed scheduler is missing."""
     try:
@@ -518,6 +532,7 @@ class DaskRun:
             target = PARTS_PER_THREAD * cluster_slots(client)
         self.split_target = target
         self.parts = plan.reader.partitions(plan.dask.blocksize, target)
+        check_partition_count(len(self.parts), plan.dask.blocksize)
         self.width = max(5, len(str(len(self.parts) - 1)))
 
     def open(self) -> list[int]:

@@ -1921,3 +1921,22 @@ def test_a_worker_lost_as_the_model_loads_is_a_cluster_failure(tmp_path, client,
     s = bertfeat.extract(str(data), out, model=tiny_model(), engine="dask", client=client)
     assert s.rows_written == N_ROWS
 
+
+
+def test_a_blocksize_that_cuts_the_input_into_too_many_partitions_is_refused(tmp_path, client):
+    """--blocksize 1 cut a 174 KB CSV into 174,710 partitions, and the run hung counting their rows; a cut into more
+    than 10,000 partitions by a blocksize under 64 KiB is refused before anything is written (the small blocksizes
+    the tests cut small inputs with stay taken)."""
+    from bertfeat.errors import BertfeatError
+    from extract_util import tiny_model, write_csv
+
+    src = write_csv(tmp_path / "c.csv", ["text"], [[f"sentence number {i} with a few words"] for i in range(600)])
+    out = tmp_path / "o.parquet"
+    with pytest.raises(BertfeatError) as e:
+        bertfeat.extract(src, out, model=tiny_model(), engine="dask", client=client, blocksize=1)
+    n = src.stat().st_size
+    assert e.value.message == (f"blocksize=1 cuts the input into {n:,} partitions, each a task and a part file (~75 ms "
+                               "of a worker's time whatever its size) - give blocksize='64KiB' or more (the default, "
+                               "8MiB, suits most inputs)")
+    assert not out.exists() and not list(tmp_path.glob("o.parquet*"))
+    assert bertfeat.extract(src, out, model=tiny_model(), engine="dask", client=client, blocksize=4096).rows_written == 600
