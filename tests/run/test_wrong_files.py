@@ -788,5 +788,6 @@ def test_an_input_named_not_in_utf8_is_named_escaped_in_the_sweeps_report(tmp_pa
     rc, out, err = run(capsys, "sweep", src, "-o", tmp_path / "s", "--set", "mean", "--sample", "10", "-q",
                        "-m", tiny_model())
     assert (rc, out, err) == (0, "", "")
-    assert (tmp_path / "s.md").read_text(encoding="utf-8").startswith(f"# Feature sets of {tmp_path}/caf\\udce9.csv\n")
+    # shown as \udce9, its backslash escaped as Markdown reads it
+    assert (tmp_path / "s.md").read_text(encoding="utf-8").startswith(f"# Feature sets of {tmp_path}/caf\\\\udce9.csv\n")
     assert json.loads((tmp_path / "s.json").read_text(encoding="utf-8"))["input"] == str(src)
