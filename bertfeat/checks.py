@@ -123,11 +123,15 @@ def _is_number(value) -> bool:
     return isinstance(value, numbers.Real)
 
 
+def is_numpy_bool(value) -> bool:
+    """A NumPy bool scalar (``np.True_``: type ``bool`` in NumPy 2, ``bool_`` in NumPy 1), without importing NumPy."""
+    return type(value).__module__ == "numpy" and type(value).__name__ in ("bool", "bool_")
+
+
 def switch_value(value) -> bool | None:
     """``value`` as a switch of the Python API: True or False, NumPy's bools, and 1 / 0 as ints (as ``extract``'s
     switches take them) -> the bool; anything else (a string above all: "no" is truthy) -> None."""
-    numpy_bool = type(value).__module__ == "numpy" and type(value).__name__ in ("bool", "bool_")  # (no NumPy import)
-    if isinstance(value, bool) or numpy_bool:
+    if isinstance(value, bool) or is_numpy_bool(value):
         return bool(value)
     if isinstance(value, numbers.Integral) and value in (0, 1):
         return bool(value)

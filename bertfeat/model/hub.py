@@ -185,28 +185,29 @@ def file_states(root: Path, rels: list[str]) -> dict[str, tuple]:
     return {rel: file_state(Path(root) / rel) for rel in rels}
 
 
+#: the variables that name the hub cache, in huggingface_hub's order, and the cache's place in the folder each names
+_CACHE_VARS = (("HF_HUB_CACHE", ()), ("HUGGINGFACE_HUB_CACHE", ()), ("HF_HOME", ("hub",)),
+               ("XDG_CACHE_HOME", ("huggingface", "hub")))
+
+
+def _caches_named() -> list[tuple[str, Path]]:
+    """(variable, hub cache folder) of each _CACHE_VARS variable set, in that order."""
+    return [(var, Path(os.environ[var], *sub)) for var, sub in _CACHE_VARS if os.environ.get(var)]
+
+
 def _cache_named() -> tuple[str, Path] | None:
     """The environment variable that names the hub cache huggingface_hub uses, and that folder; None: none is set."""
-    for var, sub in (("HF_HUB_CACHE", ()), ("HUGGINGFACE_HUB_CACHE", ()), ("HF_HOME", ("hub",)),
-                     ("XDG_CACHE_HOME", ("huggingface", "hub"))):
-        if os.environ.get(var):
-            return var, Path(os.environ[var], *sub)
-    return None
+    named = _caches_named()
+    return named[0] if named else None
 
 
 def hf_cache_dirs() -> list[Path]:
     """The Hugging Face hub cache folders to search: the one huggingface_hub uses (HF_HUB_CACHE, else
     HUGGINGFACE_HUB_CACHE, else HF_HOME/hub, else XDG_CACHE_HOME/huggingface/hub, else ~/.cache/huggingface/hub),
     then the others these variables name (a model found there is found, where huggingface_hub looks in its one)."""
-    dirs = []
-    if os.environ.get("HF_HUB_CACHE"):
-        dirs.append(Path(os.environ["HF_HUB_CACHE"]))
-    if os.environ.get("HUGGINGFACE_HUB_CACHE"):
-        dirs.append(Path(os.environ["HUGGINGFACE_HUB_CACHE"]))
-    if os.environ.get("HF_HOME"):
-        dirs.append(Path(os.environ["HF_HOME"]) / "hub")
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    dirs.append((Path(xdg) if xdg else Path.home() / ".cache") / "huggingface" / "hub")
+    dirs = [d for _, d in _caches_named()]
+    if not os.environ.get("XDG_CACHE_HOME"):  # (set, it is among them)
+        dirs.append(Path.home() / ".cache" / "huggingface" / "hub")
     out: list[Path] = []
     for d in dirs:
         if d not in out:

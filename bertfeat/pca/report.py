@@ -164,8 +164,6 @@ def md_text(text: Any, cell: bool = True, code: bool = False) -> str:
     return text.replace("|", "\\|") if cell else text
 
 
-_md = md_text
-
 
 def _json_default(o: Any) -> Any:
     if isinstance(o, np.generic):
@@ -182,7 +180,7 @@ def render_markdown(report: dict, png_name: str | None = None) -> str:
     if png_name:
         lines += [f"![Scree plot and cumulative explained variance]({quote(png_name)})", ""]  # spaces, ( )
     if report.get("note"):
-        lines += [f"**Note:** {_md(report['note'])}.", ""]
+        lines += [f"**Note:** {md_text(report['note'])}.", ""]
     lines += [
         "| | |",
         "|---|---|",
@@ -211,11 +209,11 @@ def render_markdown(report: dict, png_name: str | None = None) -> str:
             lines.append(f"| {SUGGESTION_NAMES.get(name, name)} | {shown} | {s['why']} |")
     probe = report.get("probe")
     if probe and "skipped" in probe:
-        lines += ["", f"## Linear probe: {_md(probe['label'])}", "", f"None: {_md(probe['skipped'])}"]
+        lines += ["", f"## Linear probe: {md_text(probe['label'])}", "", f"None: {md_text(probe['skipped'])}"]
     elif probe:
-        lines += ["", f"## Linear probe: {_md(probe['label'])}", "",
+        lines += ["", f"## Linear probe: {md_text(probe['label'])}", "",
                   f"{probe['classifier']} on {probe['rows']:,} rows ({probe['classes']} classes; "
-                  f"{probe['rows_unlabelled']:,} without a label skipped) of {_md(probe['features_file'])}.", "",
+                  f"{probe['rows_unlabelled']:,} without a label skipped) of {md_text(probe['features_file'])}.", "",
                   "| input | accuracy | std over folds |", "|---|---:|---:|",
                   f"| majority class | {_pct(probe['majority_baseline'])} | |"]
         for a in probe["accuracy"]:
@@ -232,7 +230,7 @@ def render_markdown(report: dict, png_name: str | None = None) -> str:
             if value is None:
                 continue
             text = value if isinstance(value, str) else json.dumps(value, default=_json_default)
-            lines.append(f"| {key} | {_md(text)} |")
+            lines.append(f"| {key} | {md_text(text)} |")
     comps = report["components"]
     m = min(20, len(comps["explained_variance"]))
     lines += ["", f"## First {m} components", "", "| # | explained variance | ratio | cumulative |", "|---:|---:|---:|---:|"]

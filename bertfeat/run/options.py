@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from ..checks import (DEFAULT_MAX_FIELD_BYTES, check_input_path, check_max_batch_tokens, check_max_length, check_size,
-                      check_threads, check_truncate_dim, kind_of, parse_max_field_bytes, refuse_bool)
+                      check_threads, check_truncate_dim, is_numpy_bool, kind_of, parse_max_field_bytes, refuse_bool)
 from ..errors import BertfeatError, either, opt
 
 ENGINES = ("local", "dask")
@@ -108,7 +108,7 @@ def check_dtype(value) -> str:
 
 def parse_pca(value) -> int | float | str | None:
     """``pca``: None (no PCA), a count, a variance fraction, or ALL_COMPONENTS (the parser of ``pca fit -n``)."""
-    if isinstance(value, bool) or (type(value).__module__, type(value).__name__) in (("numpy", "bool"), ("numpy", "bool_")):
+    if isinstance(value, bool) or is_numpy_bool(value):
         value = bool(value)  # np.True_ was read as its text: pca='True' is not a number
         raise BertfeatError(f"{opt('pca', value)} is not a size", "give a number of components (64) or a variance fraction (0.95)")
     if value is None:
